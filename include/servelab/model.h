@@ -1,0 +1,98 @@
+/* model.h - Llama weights and the forward pass, written once against the ops table.
+ *
+ * weights_*: turns a checkpoint (or, with --load-format dummy, a config alone)
+ * into backend-resident weights with every tensor's presence and shape checked.
+ * llama_*: runs one flat batch (batch.h) through the model, writing K/V into
+ * the paged cache and returning fp32 logits for the rows in logits_index.
+ */
+#ifndef SERVELAB_MODEL_H
+#define SERVELAB_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "servelab/batch.h"
+#include "servelab/config.h"
+#include "servelab/core.h"
+#include "servelab/ops.h"
+#include "servelab/safetensors.h"
+
+typedef enum { LOAD_FORMAT_AUTO, LOAD_FORMAT_SAFETENSORS, LOAD_FORMAT_DUMMY } load_format_t;
+
+/* Parses vLLM's --load-format value ("auto", "safetensors", "dummy"); -1 if unknown. */
+int load_format_parse(const char *s);
+/* Parses vLLM's --dtype value ("auto", "half", "float16", "bfloat16", "float",
+ * "float32"); returns 0 with *auto_out set for "auto", -1 if unknown. */
+int dtype_parse(const char *s, sl_dtype_t *dt, bool *auto_out);
+
+typedef struct {
+    load_format_t load_format;
+    bool dtype_auto;        /* keep each tensor's stored dtype (CPU) */
+    sl_dtype_t dtype;       /* otherwise convert every weight to this */
+    uint64_t seed;          /* dummy weights */
+    bool progress;          /* progress bar on stderr if loading takes > 1 s */
+} model_load_opts_t;
+
+typedef struct {
+    sl_weight_t input_norm, q, k, v, o, post_norm, gate, up, down;
+} llama_layer_t;
+
+typedef struct {
+    sl_weight_t embed;      /* (V, hidden) */
+    sl_weight_t norm;       /* (1, hidden) */
+    sl_weight_t lm_head;    /* (V, hidden); the embedding when tied */
+    llama_layer_t *layers;  /* (L) */
+    st_archive_t archive;   /* the mapped checkpoint (empty for dummy weights) */
+    void **owned;           /* backend buffers this struct frees */
+    int n_owned;
+    size_t n_bytes;         /* bytes of weights read per forward */
+    int64_t n_params;
+} llama_weights_t;
+
+/* Loads and checks all weights named by `cfg` from `model_dir`. On error,
+ * `err` names the file, the tensor and what is wrong; nothing is leaked. */
+int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_t *ops,
+                 const model_load_opts_t *opts, llama_weights_t *w, sl_err_t *err);
+void weights_free(llama_weights_t *w, const sl_ops_t *ops);
+
+/* The paged KV cache: per layer, K and V of (n_blocks * block_size, Hkv, D)
+ * in the backend's activation dtype. Block 0 is the reserved null block. */
+typedef struct {
+    int64_t n_blocks;
+    int64_t block_size;
+    int64_t n_layers;
+    void **k;               /* (L) */
+    void **v;               /* (L) */
+} kv_cache_t;
+
+typedef struct {
+    model_config_t cfg;
+    const sl_ops_t *ops;
+    llama_weights_t w;
+    int32_t max_tokens, max_seqs, max_blocks;
+    /* Scratch activations sized for max_tokens (backend memory). */
+    void *x, *h, *q, *k, *v, *attn, *gate, *up, *rows;
+    /* The batch in backend memory. */
+    int32_t *d_token_ids, *d_positions, *d_query_start, *d_seq_lens, *d_block_tables,
+        *d_logits_index;
+    int64_t *d_slot_mapping;
+} llama_model_t;
+
+/* Loads config + weights and allocates scratch for batches of up to
+ * `max_tokens` tokens, `max_seqs` sequences and `max_blocks` blocks each. */
+int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
+               const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, int32_t max_blocks,
+               sl_err_t *err);
+void llama_free(llama_model_t *m);
+
+int kv_cache_init(kv_cache_t *kv, const llama_model_t *m, int64_t n_blocks, int64_t block_size,
+                  sl_err_t *err);
+void kv_cache_free(kv_cache_t *kv, const llama_model_t *m);
+/* Bytes of KV cache one block takes over all layers (K and V). */
+size_t kv_cache_block_bytes(const model_config_t *cfg, int64_t block_size, sl_dtype_t dt);
+
+/* Runs one step. `logits` (b->n_logits, V) fp32 host memory receives the
+ * logits of the rows in b->logits_index. */
+void llama_forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, float *logits);
+
+#endif

@@ -1,0 +1,84 @@
+/* ops.h - the backend seam: a small table of ops the Llama forward is written in.
+ *
+ * The model never touches a buffer's contents: activations, weights and the
+ * KV cache live in backend memory (host memory on CPU, device memory on CUDA)
+ * in the backend's activation dtype, and are only passed between ops. Every
+ * op is also a plain function in kernels/cpu/ (the reference) and, for CUDA,
+ * a kernel with a parity test against it. No CUDA types appear here.
+ *
+ * Shapes follow DESIGN.md's letters: T tokens, S sequences, H / Hkv heads,
+ * D head dim, V vocab. Weights use PyTorch's Linear layout (out, in).
+ */
+#ifndef SERVELAB_OPS_H
+#define SERVELAB_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "servelab/config.h"
+
+/* A 2-D weight in backend memory, row-major (rows, cols), any float dtype. */
+typedef struct {
+    const void *data;
+    sl_dtype_t dtype;
+    int64_t rows, cols;
+} sl_weight_t;
+
+/* The batch metadata as the attention op reads it (backend memory). */
+typedef struct {
+    int32_t n_tokens, n_seqs, max_blocks;
+    const int32_t *positions;    /* (T) */
+    const int32_t *query_start;  /* (S+1) */
+    const int32_t *seq_lens;     /* (S) */
+    const int32_t *block_tables; /* (S, max_blocks) */
+} sl_attn_meta_t;
+
+typedef struct sl_ops sl_ops_t;
+struct sl_ops {
+    const char *name;       /* "cpu", "cuda" */
+    void *ctx;
+    sl_dtype_t act_dtype;   /* activations and KV cache */
+    int host_memory;        /* backend memory is host memory: mapped weights are used in place */
+
+    /* Memory. alloc returns NULL when the backend is out of memory. */
+    void *(*alloc)(void *ctx, size_t n_bytes);
+    void (*free)(void *ctx, void *p);
+    void (*upload)(void *ctx, void *dst, const void *src, size_t n_bytes);
+    void (*download)(void *ctx, void *dst, const void *src, size_t n_bytes);
+    void (*sync)(void *ctx);
+
+    /* out(T, hidden) = table[ids[t]] */
+    void (*embed)(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T);
+    /* out(T, n) = in * rsqrt(mean(in^2) + eps) * w; out may alias in */
+    void (*rmsnorm)(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T,
+                    float eps);
+    /* out(T, w->rows) = in(T, w->cols) . w^T, fp32 accumulation */
+    void (*linear)(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T);
+    /* Rotates q(T, H, D) and k(T, Hkv, D) in place, Hugging Face rotate-half
+     * convention: pairs (i, i + D/2), angle = pos * theta^(-2i/D) / scale. */
+    void (*rope)(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H,
+                 int64_t Hkv, int64_t D, float theta, float scale);
+    /* k_cache[slot[t]] = k[t], v_cache[slot[t]] = v[t]; caches (n_blocks * B, Hkv, D) */
+    void (*kv_write)(void *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
+                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
+    /* out(T, H, D) = causal softmax(q k^T * scale) v over each sequence's
+     * blocks; query head h reads KV head h / (H / Hkv) (GQA). */
+    void (*attention)(void *ctx, void *out, const void *q, const void *k_cache,
+                      const void *v_cache, const sl_attn_meta_t *meta, int64_t H, int64_t Hkv,
+                      int64_t D, int64_t block_size, float scale);
+    /* out(n) = silu(gate(n)) * up(n); out may alias gate */
+    void (*silu_mul)(void *ctx, void *out, const void *gate, const void *up, int64_t n);
+    /* x(n) += y(n) */
+    void (*add)(void *ctx, void *x, const void *y, int64_t n);
+    /* out(S, n) = in[idx[s]] */
+    void (*gather_rows)(void *ctx, void *out, const void *in, const int32_t *idx, int64_t S,
+                        int64_t n);
+    /* host_logits(S, w->rows) fp32 = in(S, w->cols) . w^T */
+    void (*logits)(void *ctx, float *host_logits, const void *in, const sl_weight_t *w,
+                   int64_t S);
+};
+
+/* The CPU backend (OpenMP). `n_threads` <= 0 uses OpenMP's default. */
+const sl_ops_t *cpu_backend_init(int n_threads);
+
+#endif

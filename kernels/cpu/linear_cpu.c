@@ -1,0 +1,80 @@
+/* linear_cpu.c - out(T, N) = in(T, K) . w(N, K)^T with F32/F16/BF16 weights.
+ *
+ * Threads split the output features N, so each thread streams its own slice
+ * of the weight matrix once per tile of tokens. At T == 1 (decode) the op is
+ * a GEMV bound by memory bandwidth: BF16 weights are widened inside the dot
+ * product, never copied. For T > 1 a weight row is widened once into a
+ * thread-local buffer and reused for a tile of tokens. Dot products use 16
+ * independent fp32 partial sums (an `omp simd` reduction), and the hot
+ * functions are cloned for AVX2+FMA with a plain x86-64 fallback picked at
+ * load time, so one binary runs everywhere.
+ */
+#include "ops_cpu.h"
+
+#include <stdlib.h>
+
+#include "servelab/core.h"
+
+#define LINEAR_TILE_T 32
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HOT_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define HOT_CLONES
+#endif
+
+HOT_CLONES
+static float dot_f32(const float *restrict w, const float *restrict x, int64_t K) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc) simdlen(16)
+    for (int64_t k = 0; k < K; k++) acc += w[k] * x[k];
+    return acc;
+}
+
+HOT_CLONES
+static float dot_bf16(const uint16_t *restrict w, const float *restrict x, int64_t K) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc) simdlen(16)
+    for (int64_t k = 0; k < K; k++) {
+        uint32_t u = (uint32_t)w[k] << 16;
+        float wf;
+        memcpy(&wf, &u, sizeof wf);
+        acc += wf * x[k];
+    }
+    return acc;
+}
+
+HOT_CLONES
+static void linear_rows(float *restrict out, const float *restrict in, const void *w,
+                        sl_dtype_t dt, int64_t t0, int64_t t1, int64_t N, int64_t K,
+                        float *restrict row) {
+    size_t row_bytes = (size_t)K * dtype_size(dt);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const void *wr = (const uint8_t *)w + (size_t)n * row_bytes;
+        if (t1 - t0 == 1 && dt == DTYPE_BF16) {
+            out[t0 * N + n] = dot_bf16(wr, in + t0 * K, K);
+            continue;
+        }
+        const float *wf = wr;
+        if (dt != DTYPE_F32) {
+            cpu_to_f32(row, wr, dt, K);
+            wf = row;
+        }
+        for (int64_t t = t0; t < t1; t++) out[t * N + n] = dot_f32(wf, in + t * K, K);
+    }
+}
+
+void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
+                int64_t K) {
+    SL_ASSERT(dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16);
+#pragma omp parallel
+    {
+        float *row = dt == DTYPE_F32 ? NULL : sl_malloc((size_t)K * sizeof(float));
+        for (int64_t t0 = 0; t0 < T; t0 += LINEAR_TILE_T) {
+            int64_t t1 = t0 + LINEAR_TILE_T < T ? t0 + LINEAR_TILE_T : T;
+            linear_rows(out, in, w, dt, t0, t1, N, K, row);
+        }
+        free(row);
+    }
+}

@@ -1,0 +1,83 @@
+/* ops_cpu.h - the CPU reference ops: plain C, fp32 activations, OpenMP.
+ *
+ * These are the definitions every other backend is tested against, so they
+ * are written for clarity first; the hot two (linear, attention) are also
+ * written so that gcc vectorizes their inner loops. Weights may be F32, F16
+ * or BF16 and are widened to fp32 as they are read; all sums are fp32.
+ * Shapes: T tokens, S sequences, H/Hkv heads, D head dim, B block size.
+ */
+#ifndef SERVELAB_OPS_CPU_H
+#define SERVELAB_OPS_CPU_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "servelab/config.h"
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);                 /* inf / nan */
+    } else if (exp != 0) {
+        u = sign | ((exp + 112u) << 23) | (man << 13);        /* normal */
+    } else if (man == 0) {
+        u = sign;                                             /* zero */
+    } else {                                                  /* subnormal: normalize */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t f32_to_f16(float f);
+
+/* Widens n elements of a F32/F16/BF16 array to fp32. */
+void cpu_to_f32(float *dst, const void *src, sl_dtype_t dt, int64_t n);
+/* Narrows n fp32 elements to dt (F32/F16/BF16), rounding to nearest even. */
+void cpu_from_f32(void *dst, const float *src, sl_dtype_t dt, int64_t n);
+
+/* out(T, n) = table(V, n)[ids[t]] */
+void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
+               int64_t T);
+/* out(T, n) = in * rsqrt(mean(in^2) + eps) * w(n); out may alias in */
+void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
+                 float eps);
+/* out(T, N) = in(T, K) . w(N, K)^T */
+void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
+                int64_t K);
+/* In place on q(T, H, D) and k(T, Hkv, D); see ops.h. */
+void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
+              int64_t D, float theta, float scale);
+/* kc/vc (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); slot < 0 skips the token. */
+void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
+                  const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
+/* out(T, H, D); see ops.h for the meaning. */
+void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
+                   const int32_t *positions, const int32_t *query_start,
+                   const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
+                   int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale);
+/* out(n) = silu(g) * u */
+void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n);
+/* x(n) += y(n) */
+void cpu_add(float *x, const float *y, int64_t n);
+/* out(S, n) = in[idx[s]] */
+void cpu_gather_rows(float *out, const float *in, const int32_t *idx, int64_t S, int64_t n);
+
+#endif

@@ -1,0 +1,104 @@
+/* cpu_backend.c - the ops table over kernels/cpu: host memory, fp32 activations.
+ *
+ * "Device" memory is ordinary 64-byte aligned host memory, so upload and
+ * download are copies and weights mapped from a checkpoint are used in place.
+ * Threads: OpenMP, `n_threads` set once here (OMP_NUM_THREADS otherwise).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/cpu/ops_cpu.h"
+#include "servelab/core.h"
+#include "servelab/ops.h"
+
+static void *cpu_alloc(void *ctx, size_t n) {
+    (void)ctx;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+    return p;
+}
+static void cpu_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t n) {
+    (void)ctx;
+    if (dst != src) memcpy(dst, src, n);
+}
+static void cpu_sync(void *ctx) { (void)ctx; }
+
+static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids,
+                     int64_t T) {
+    (void)ctx;
+    cpu_embed(out, table->data, table->dtype, table->cols, ids, T);
+}
+static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T,
+                       float eps) {
+    (void)ctx;
+    cpu_rmsnorm(out, in, w->data, w->dtype, T, w->cols, eps);
+}
+static void op_linear(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T) {
+    (void)ctx;
+    cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);
+}
+static void op_rope(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H,
+                    int64_t Hkv, int64_t D, float theta, float scale) {
+    (void)ctx;
+    cpu_rope(q, k, positions, T, H, Hkv, D, theta, scale);
+}
+static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v,
+                        const int64_t *slots, int64_t T, int64_t Hkv, int64_t D) {
+    (void)ctx;
+    cpu_kv_write(kc, vc, k, v, slots, T, Hkv, D);
+}
+static void op_attention(void *ctx, void *out, const void *q, const void *kc, const void *vc,
+                         const sl_attn_meta_t *m, int64_t H, int64_t Hkv, int64_t D,
+                         int64_t block_size, float scale) {
+    (void)ctx;
+    cpu_attention(out, q, kc, vc, m->positions, m->query_start, m->block_tables, m->n_seqs,
+                  m->max_blocks, m->n_tokens, H, Hkv, D, block_size, scale);
+}
+static void op_silu_mul(void *ctx, void *out, const void *g, const void *u, int64_t n) {
+    (void)ctx;
+    cpu_silu_mul(out, g, u, n);
+}
+static void op_add(void *ctx, void *x, const void *y, int64_t n) {
+    (void)ctx;
+    cpu_add(x, y, n);
+}
+static void op_gather_rows(void *ctx, void *out, const void *in, const int32_t *idx, int64_t S,
+                           int64_t n) {
+    (void)ctx;
+    cpu_gather_rows(out, in, idx, S, n);
+}
+static void op_logits(void *ctx, float *host_logits, const void *in, const sl_weight_t *w,
+                      int64_t S) {
+    (void)ctx;
+    cpu_linear(host_logits, in, w->data, w->dtype, S, w->rows, w->cols);
+}
+
+static const sl_ops_t cpu_ops = {
+    .name = "cpu",
+    .ctx = NULL,
+    .act_dtype = DTYPE_F32,
+    .host_memory = 1,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .sync = cpu_sync,
+    .embed = op_embed,
+    .rmsnorm = op_rmsnorm,
+    .linear = op_linear,
+    .rope = op_rope,
+    .kv_write = op_kv_write,
+    .attention = op_attention,
+    .silu_mul = op_silu_mul,
+    .add = op_add,
+    .gather_rows = op_gather_rows,
+    .logits = op_logits,
+};
+
+const sl_ops_t *cpu_backend_init(int n_threads) {
+    if (n_threads > 0) omp_set_num_threads(n_threads);
+    return &cpu_ops;
+}

@@ -1,0 +1,69 @@
+/* main.c - the servelab command line: dispatches to subcommands.
+ *
+ *   servelab generate MODEL_DIR --prompt TEXT ...   offline generation
+ *   servelab bench decode MODEL_DIR ...             decode speed vs memory bandwidth
+ *
+ * Usage errors exit 2 with one line on stderr (as Python's argparse does for
+ * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define SERVELAB_VERSION "0.1.0"
+
+static const char *usage =
+    "usage: servelab {generate,bench} ...\n"
+    "  generate MODEL_DIR --prompt TEXT [--prompt TEXT ...] [--max-tokens N] [--temperature T]\n"
+    "           [--seed S] [--ignore-eos] [--json]\n"
+    "  bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N]\n"
+    "  --version\n";
+
+void cli_usage_error(const char *u, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%sservelab: error: %s\n", u, buf);
+    exit(2);
+}
+
+long long cli_parse_int(const char *flag, const char *value, long long min, long long max) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end || v < min || v > max)
+        cli_usage_error("", "argument %s: invalid value '%s' (expected an integer in [%lld, %lld])",
+                        flag, value, min, max);
+    return v;
+}
+
+double cli_parse_double(const char *flag, const char *value, double min, double max) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end || !(v >= min && v <= max))
+        cli_usage_error("", "argument %s: invalid value '%s' (expected a number in [%g, %g])", flag,
+                        value, min, max);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("%s\n", SERVELAB_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);
+    cli_usage_error(usage, "argument command: invalid choice: '%s' (choose from 'generate', 'bench')",
+                    argv[1]);
+}

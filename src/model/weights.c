@@ -1,0 +1,250 @@
+/* weights.c - checkpoint tensors to backend weights, every name and shape checked.
+ *
+ * On a host-memory backend with --dtype auto, weights are used in place in the
+ * safetensors mapping (zero copy); the pages are touched once at load so the
+ * first request does not pay for disk reads. Otherwise each tensor is
+ * converted to the requested dtype and copied to the backend. --load-format
+ * dummy (as in vLLM) builds random weights of the config's shapes instead,
+ * scaled so the next-token distribution is peaked rather than flat, which is
+ * what GPU benchmarks of large shapes use. Unknown extra tensors are ignored
+ * with one warning (old checkpoints carry rotary_emb.inv_freq buffers).
+ */
+#define _DEFAULT_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../../kernels/cpu/ops_cpu.h"
+#include "servelab/model.h"
+
+int load_format_parse(const char *s) {
+    if (!strcmp(s, "auto")) return LOAD_FORMAT_AUTO;
+    if (!strcmp(s, "safetensors")) return LOAD_FORMAT_SAFETENSORS;
+    if (!strcmp(s, "dummy")) return LOAD_FORMAT_DUMMY;
+    return -1;
+}
+
+int dtype_parse(const char *s, sl_dtype_t *dt, bool *auto_out) {
+    *auto_out = false;
+    if (!strcmp(s, "auto")) *auto_out = true;
+    else if (!strcmp(s, "half") || !strcmp(s, "float16")) *dt = DTYPE_F16;
+    else if (!strcmp(s, "bfloat16")) *dt = DTYPE_BF16;
+    else if (!strcmp(s, "float") || !strcmp(s, "float32")) *dt = DTYPE_F32;
+    else return -1;
+    return 0;
+}
+
+/* Progress on stderr, shown only once loading has taken more than a second. */
+typedef struct {
+    double t0;
+    int64_t total, done;
+    bool enabled, shown;
+} progress_t;
+
+static void progress_step(progress_t *p, int64_t n) {
+    p->done += n;
+    if (!p->enabled) return;
+    double el = sl_now_s() - p->t0;
+    if (!p->shown && el < 1.0) return;
+    p->shown = true;
+    int pct = p->total ? (int)(100 * p->done / p->total) : 100;
+    double eta = p->done ? el * (double)(p->total - p->done) / (double)p->done : 0.0;
+    char bar[21];
+    for (int i = 0; i < 20; i++) bar[i] = i < pct / 5 ? '#' : ' ';
+    bar[20] = '\0';
+    fprintf(stderr, "\rLoading weights: %3d%%|%s| %lld/%lld tensors [%02d:%02d<%02d:%02d]", pct,
+            bar, (long long)p->done, (long long)p->total, (int)el / 60, (int)el % 60,
+            (int)eta / 60, (int)eta % 60);
+    if (p->done == p->total) fputc('\n', stderr);
+}
+
+typedef struct {
+    const char *model_dir;
+    const model_config_t *cfg;
+    const sl_ops_t *ops;
+    const model_load_opts_t *opts;
+    llama_weights_t *w;
+    progress_t progress;
+    int n_used;
+    int64_t dummy_index;
+} loader_t;
+
+static void own(llama_weights_t *w, void *p) {
+    w->owned = sl_realloc(w->owned, (size_t)(w->n_owned + 1) * sizeof *w->owned);
+    w->owned[w->n_owned++] = p;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Fills n elements uniformly in [-a, a) (std a/sqrt(3)), plus `offset`;
+ * a pure function of (seed, tensor index, element index). */
+static void fill_dummy(void *dst, sl_dtype_t dt, int64_t n, uint64_t seed, int64_t index,
+                       float std, float offset) {
+    float a = std * sqrtf(3.0f);
+    uint64_t base = splitmix64(seed ^ splitmix64((uint64_t)index));
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < n; c += 4096) {
+        float buf[4096];
+        int64_t m = n - c < 4096 ? n - c : 4096;
+        for (int64_t i = 0; i < m; i++) {
+            double u = (double)(splitmix64(base + (uint64_t)(c + i)) >> 11) * 0x1.0p-53;
+            buf[i] = offset + a * (float)(2.0 * u - 1.0);
+        }
+        cpu_from_f32((uint8_t *)dst + (size_t)c * dtype_size(dt), buf, dt, m);
+    }
+}
+
+/* Moves a host buffer of weights to the backend (or keeps it on host memory). */
+static const void *to_backend(loader_t *L, void *host, size_t n_bytes, sl_err_t *err) {
+    if (L->ops->host_memory) {
+        own(L->w, host);
+        return host;
+    }
+    void *dev = L->ops->alloc(L->ops->ctx, n_bytes);
+    if (!dev) {
+        free(host);
+        sl_fail(err, "out of %s memory loading weights (%zu bytes more)", L->ops->name, n_bytes);
+        return NULL;
+    }
+    L->ops->upload(L->ops->ctx, dev, host, n_bytes);
+    free(host);
+    own(L->w, dev);
+    return dev;
+}
+
+static sl_dtype_t target_dtype(const loader_t *L, sl_dtype_t stored) {
+    return L->opts->dtype_auto ? stored : L->opts->dtype;
+}
+
+/* Loads one weight of shape (rows, cols), or (cols) when rows == 0. */
+static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float dummy_std,
+                float dummy_offset, sl_weight_t *out, sl_err_t *err) {
+    int64_t shape[2] = {rows, cols};
+    int n_dims = rows ? 2 : 1;
+    const int64_t *sh = rows ? shape : shape + 1;
+    out->rows = rows ? rows : 1;
+    out->cols = cols;
+    int64_t n = out->rows * cols;
+
+    if (L->opts->load_format == LOAD_FORMAT_DUMMY) {
+        sl_dtype_t dt = target_dtype(L, L->cfg->torch_dtype);
+        size_t n_bytes = (size_t)n * dtype_size(dt);
+        void *host = sl_malloc(n_bytes);
+        fill_dummy(host, dt, n, L->opts->seed, L->dummy_index++, dummy_std, dummy_offset);
+        out->dtype = dt;
+        if (!(out->data = to_backend(L, host, n_bytes, err))) return -1;
+        L->w->n_bytes += n_bytes;
+        progress_step(&L->progress, 1);
+        return 0;
+    }
+
+    const st_tensor_t *t = st_expect(&L->w->archive, name, n_dims, sh, err);
+    if (!t) return -1;
+    if (t->dtype != DTYPE_F32 && t->dtype != DTYPE_F16 && t->dtype != DTYPE_BF16)
+        return sl_fail(err, "%s: tensor %s: dtype %s is not a floating-point weight",
+                       L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype));
+    L->n_used++;
+    sl_dtype_t dt = target_dtype(L, t->dtype);
+    out->dtype = dt;
+    size_t n_bytes = (size_t)n * dtype_size(dt);
+    L->w->n_bytes += n_bytes;
+    if (L->ops->host_memory && dt == t->dtype) {
+        /* In place: fault the pages in now rather than during the first request. */
+        madvise((void *)((uintptr_t)t->data & ~(uintptr_t)4095), t->n_bytes + 4096, MADV_WILLNEED);
+        volatile uint8_t sink = 0;
+        for (size_t off = 0; off < t->n_bytes; off += 4096) sink ^= ((const uint8_t *)t->data)[off];
+        (void)sink;
+        out->data = t->data;
+    } else {
+        void *host = sl_malloc(n_bytes);
+        if (dt == t->dtype) {
+            memcpy(host, t->data, n_bytes);
+        } else {
+            float *tmp = sl_malloc((size_t)cols * sizeof(float));
+            for (int64_t r = 0; r < out->rows; r++) {
+                cpu_to_f32(tmp, (const uint8_t *)t->data + (size_t)(r * cols) * dtype_size(t->dtype),
+                           t->dtype, cols);
+                cpu_from_f32((uint8_t *)host + (size_t)(r * cols) * dtype_size(dt), tmp, dt, cols);
+            }
+            free(tmp);
+        }
+        if (!(out->data = to_backend(L, host, n_bytes, err))) return -1;
+    }
+    progress_step(&L->progress, 1);
+    return 0;
+}
+
+int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_t *ops,
+                 const model_load_opts_t *opts, llama_weights_t *w, sl_err_t *err) {
+    memset(w, 0, sizeof *w);
+    loader_t L = {.model_dir = model_dir, .cfg = cfg, .ops = ops, .opts = opts, .w = w};
+    int64_t hid = cfg->hidden_size, inter = cfg->intermediate_size, V = cfg->vocab_size;
+    int64_t qd = cfg->n_heads * cfg->head_dim, kvd = cfg->n_kv_heads * cfg->head_dim;
+    int64_t n_tensors = 2 + 9 * cfg->n_layers + (cfg->tie_word_embeddings ? 0 : 1);
+    L.progress = (progress_t){.t0 = sl_now_s(), .total = n_tensors, .enabled = opts->progress};
+
+    if (opts->load_format != LOAD_FORMAT_DUMMY && st_open_dir(model_dir, &w->archive, err) != 0)
+        return -1;
+    w->layers = sl_calloc((size_t)cfg->n_layers, sizeof *w->layers);
+
+    float s_hid = 1.0f / sqrtf((float)hid), s_q = 1.0f / sqrtf((float)qd);
+    float s_inter = 1.0f / sqrtf((float)inter);
+    char name[256];
+    if (load(&L, "model.embed_tokens.weight", V, hid, 1.0f, 0.0f, &w->embed, err)) goto fail;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        llama_layer_t *ly = &w->layers[i];
+        struct { const char *suffix; int64_t rows, cols; float std, off; sl_weight_t *dst; } specs[] = {
+            {"input_layernorm.weight", 0, hid, 0.05f, 1.0f, &ly->input_norm},
+            {"self_attn.q_proj.weight", qd, hid, s_hid, 0.0f, &ly->q},
+            {"self_attn.k_proj.weight", kvd, hid, s_hid, 0.0f, &ly->k},
+            {"self_attn.v_proj.weight", kvd, hid, s_hid, 0.0f, &ly->v},
+            {"self_attn.o_proj.weight", hid, qd, s_q, 0.0f, &ly->o},
+            {"post_attention_layernorm.weight", 0, hid, 0.05f, 1.0f, &ly->post_norm},
+            {"mlp.gate_proj.weight", inter, hid, s_hid, 0.0f, &ly->gate},
+            {"mlp.up_proj.weight", inter, hid, s_hid, 0.0f, &ly->up},
+            {"mlp.down_proj.weight", hid, inter, s_inter, 0.0f, &ly->down},
+        };
+        for (size_t j = 0; j < sizeof specs / sizeof specs[0]; j++) {
+            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)i, specs[j].suffix);
+            if (load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off,
+                     specs[j].dst, err))
+                goto fail;
+        }
+    }
+    if (load(&L, "model.norm.weight", 0, hid, 0.05f, 1.0f, &w->norm, err)) goto fail;
+    if (cfg->tie_word_embeddings) {
+        w->lm_head = w->embed;
+    } else if (load(&L, "lm_head.weight", V, hid, 4.0f * s_hid, 0.0f, &w->lm_head, err)) {
+        goto fail;
+    }
+    if (opts->load_format != LOAD_FORMAT_DUMMY && L.n_used < w->archive.n_tensors) {
+        int tied_extra = cfg->tie_word_embeddings && st_find(&w->archive, "lm_head.weight");
+        if (w->archive.n_tensors - L.n_used > tied_extra)
+            LOG_WARNING("%s: %d tensors in the checkpoint are not used by the model", model_dir,
+                        w->archive.n_tensors - L.n_used - tied_extra);
+    }
+    w->n_params = V * hid * (cfg->tie_word_embeddings ? 1 : 2) + hid +
+                  cfg->n_layers * (2 * hid + 2 * qd * hid + 2 * kvd * hid + 3 * hid * inter);
+    return 0;
+fail:
+    weights_free(w, ops);
+    return -1;
+}
+
+void weights_free(llama_weights_t *w, const sl_ops_t *ops) {
+    for (int i = 0; i < w->n_owned; i++) {
+        if (ops->host_memory) free(w->owned[i]);
+        else ops->free(ops->ctx, w->owned[i]);
+    }
+    free(w->owned);
+    free(w->layers);
+    st_close(&w->archive);
+    memset(w, 0, sizeof *w);
+}
