@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Check servelab's greedy output against golden data recorded with transformers.
+
+Runs `servelab generate --json --temperature 0 --ignore-eos` on every golden
+prompt, once with the default prefill budget and once with a 7-token budget
+(so every prompt is prefilled in chunks that straddle KV blocks), and checks:
+prompt token ids identical (our tokenizer = transformers'), generated token ids
+identical, and each chosen token's logprob within --atol of transformers'.
+Prints one line per prompt and a final "N passed, N failed".
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+
+def run(servelab, model, cases, max_tokens, extra):
+    cmd = [servelab, "generate", model, "--json", "--temperature", "0", "--ignore-eos",
+           "--max-tokens", str(max_tokens)] + extra
+    for c in cases:
+        cmd += ["--prompt", c["prompt"]]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr}")
+    return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--golden", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--atol", type=float, default=1e-4)
+    args = ap.parse_args()
+    golden = json.load(open(args.golden, encoding="utf-8"))
+    cases = golden["cases"]
+    passed = failed = 0
+    for label, extra in [("default budget", []), ("7-token prefill chunks", ["--max-num-batched-tokens", "7"])]:
+        outs = run(args.servelab, args.model, cases, golden["max_tokens"], extra)
+        if len(outs) != len(cases):
+            print(f"FAIL {label}: {len(outs)} outputs for {len(cases)} prompts")
+            failed += 1
+            continue
+        for i, (g, o) in enumerate(zip(cases, outs)):
+            problems = []
+            if o["prompt_token_ids"] != g["prompt_token_ids"]:
+                problems.append(f"prompt ids differ: ours {o['prompt_token_ids']} "
+                                f"transformers {g['prompt_token_ids']}")
+            if o["token_ids"] != g["token_ids"]:
+                k = next((j for j, (a, b) in enumerate(zip(o["token_ids"], g["token_ids"])) if a != b),
+                         min(len(o["token_ids"]), len(g["token_ids"])))
+                problems.append(f"tokens differ from step {k}: ours {o['token_ids'][k:k+4]} "
+                                f"transformers {g['token_ids'][k:k+4]}")
+            n = min(len(o["logprobs"]), len(g["logprobs"]))
+            err = max((abs(a - b) for a, b in zip(o["logprobs"][:n], g["logprobs"][:n])), default=0.0)
+            if err > args.atol:
+                problems.append(f"logprob error {err:.2e} > {args.atol:.0e}")
+            if problems:
+                failed += 1
+                print(f"FAIL {label} prompt {i}: " + "; ".join(problems))
+            else:
+                passed += 1
+                print(f"ok   {label} prompt {i}: {len(g['prompt_token_ids'])} prompt tokens, "
+                      f"{len(g['token_ids'])} tokens identical, max logprob error {err:.1e}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
