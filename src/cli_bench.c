@@ -89,13 +89,13 @@ int cli_bench(int argc, char **argv) {
     const sl_ops_t *ops = cpu_backend_init(0);
     tokenizer_t *tok = tok_load(model_dir, &err);
     if (!tok) sl_die("%s", err.msg);
-    int32_t max_len = (int32_t)(input_len + output_len), block = 16;
+    int32_t max_len = (int32_t)(input_len + output_len + 1), block = 16;
     llama_model_t model;
     if (llama_init(&model, model_dir, &lo, ops, (int32_t)input_len, 1, (max_len + block - 1) / block,
                    &err))
         sl_die("%s", err.msg);
     gen_ctx_t g;
-    if (gen_init(&g, &model, tok, max_len + 1, (int32_t)input_len, block, &err)) sl_die("%s", err.msg);
+    if (gen_init(&g, &model, tok, max_len, (int32_t)input_len, block, &err)) sl_die("%s", err.msg);
 
     const model_config_t *cfg = &model.cfg;
     /* A decode step reads every weight but the embedding table (one row of it). */

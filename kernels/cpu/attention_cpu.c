@@ -45,11 +45,13 @@ void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                 const float *kv = kc + (slot * Hkv + kvh) * D;
                 const float *vv = vc + (slot * Hkv + kvh) * D;
                 float score = 0.0f;
+#pragma omp simd reduction(+ : score)
                 for (int64_t d = 0; d < D; d++) score += qv[d] * kv[d];
                 score *= scale;
                 float m_new = score > m ? score : m;
                 float c = expf(m - m_new), e = expf(score - m_new);
                 l = l * c + e;
+#pragma omp simd
                 for (int64_t d = 0; d < D; d++) acc[d] = acc[d] * c + e * vv[d];
                 m = m_new;
             }

@@ -6,7 +6,7 @@
  * product, never copied. For T > 1 a weight row is widened once into a
  * thread-local buffer and reused for a tile of tokens. Dot products use 16
  * independent fp32 partial sums (an `omp simd` reduction), and the hot
- * functions are cloned for AVX2+FMA with a plain x86-64 fallback picked at
+ * functions are cloned for AVX2 with a plain x86-64 fallback picked at
  * load time, so one binary runs everywhere.
  */
 #include "ops_cpu.h"
@@ -18,7 +18,7 @@
 #define LINEAR_TILE_T 32
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define HOT_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define HOT_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define HOT_CLONES
 #endif
