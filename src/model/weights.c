@@ -155,7 +155,10 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     out->dtype = dt;
     size_t n_bytes = (size_t)n * dtype_size(dt);
     L->w->n_bytes += n_bytes;
-    if (L->ops->host_memory && dt == t->dtype) {
+    /* safetensors only promises the data section starts after the header: a
+     * tensor that is not aligned to its element size is copied, not aliased. */
+    bool aligned = (uintptr_t)t->data % dtype_size(t->dtype) == 0;
+    if (L->ops->host_memory && dt == t->dtype && aligned) {
         /* In place: fault the pages in now rather than during the first request. */
         madvise((void *)((uintptr_t)t->data & ~(uintptr_t)4095), t->n_bytes + 4096, MADV_WILLNEED);
         volatile uint8_t sink = 0;
