@@ -24,7 +24,8 @@
 typedef struct tokenizer tokenizer_t;
 
 /* Loads the tokenizer of a checkpoint directory. NULL with a message in `err`
- * on failure. */
+ * on failure. A loaded tokenizer is read-only: every function below may run
+ * on it from many threads at once. */
 tokenizer_t *tok_load(const char *model_dir, sl_err_t *err);
 void tok_free(tokenizer_t *tok);
 
@@ -43,18 +44,24 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, bool add_sp
                int32_t **ids_out, sl_err_t *err);
 
 /* Decodes ids to a malloc'd NUL-terminated string, as transformers'
- * decode(ids, skip_special_tokens) does: the dummy-prefix space of the first
- * piece is dropped. Invalid byte sequences become U+FFFD. */
+ * decode(ids, skip_special_tokens) does (clean_up_tokenization_spaces and
+ * spaces_between_special_tokens off): the dummy-prefix space of the first
+ * piece is dropped. Each byte that starts no valid UTF-8 sequence becomes
+ * U+FFFD (sentencepiece's rule). Ids out of range are ignored. */
 char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens);
 
 /* The raw bytes a piece stands for: U+2581 becomes ' ', <0xNN> becomes the
- * byte NN, special tokens are their text. Returns the byte count (may exceed
- * `cap`, in which case the output is truncated), or -1 for an id out of range. */
+ * byte NN, special tokens are their text. Copies at most cap-1 bytes plus a
+ * NUL (like snprintf) and returns the full byte count (>= cap means the copy
+ * was truncated), or -1 for an id out of range. */
 int tok_piece_bytes(const tokenizer_t *tok, int32_t id, char *buf, size_t cap);
 
 /* Incremental decoder for streaming: push generated ids one at a time and get
  * back only text that is complete UTF-8. Spaces are kept, including the one in
- * front of the first generated token (the text continues a prompt). */
+ * front of the first generated token (the text continues a prompt). The
+ * concatenated output is the bytes of tok_piece_bytes() for each kept id,
+ * sanitized exactly as tok_decode() sanitizes them; with skip_special_tokens,
+ * control, unknown and special added tokens are kept out. */
 typedef struct {
     char pending[8];     /* bytes of an incomplete UTF-8 sequence */
     int n_pending;
@@ -62,11 +69,18 @@ typedef struct {
 } tok_stream_t;
 
 void tok_stream_init(tok_stream_t *s, bool skip_special_tokens);
-/* Appends the text `id` completes to `out` (at most cap-1 bytes plus NUL;
- * 64 bytes always suffice for one piece) and returns its length. */
+/* A buffer of this many bytes always holds one tok_stream_push() output; it
+ * is at most 64 for vocabularies whose pieces are at most 16 characters (the
+ * sentencepiece default, Llama, Mistral) and special tokens of <= 54 bytes. */
+size_t tok_stream_max_bytes(const tokenizer_t *tok);
+/* Writes the text `id` completes to `out` (NUL-terminated) and returns its
+ * length (0 while a UTF-8 sequence is incomplete). Returns -1, consuming
+ * nothing, for an id out of range or when `cap` might be too small for this
+ * id (tok_stream_max_bytes() never is). */
 int tok_stream_push(const tokenizer_t *tok, tok_stream_t *s, int32_t id, char *out, size_t cap);
-/* Emits what is left at the end of a stream: an incomplete sequence becomes
- * U+FFFD. Returns its length. */
+/* Emits what is left at the end of a stream: each byte of an incomplete
+ * sequence becomes U+FFFD, as in tok_decode(). Returns its length, or -1,
+ * consuming nothing, if `cap` is too small (10 bytes always suffice). */
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
 
 #endif
