@@ -1,0 +1,49 @@
+/* detok.h - incremental detokenization with stop strings, per sequence.
+ *
+ * Each generated token's text is appended to the sequence's output text.
+ * Text deltas handed out are always complete UTF-8 and keep sentencepiece's
+ * spaces (the first generated token's leading space included, as vLLM's
+ * output does). When stop strings are set, a tail of the text that could still
+ * be the beginning of a stop string is held back until it is resolved; when a
+ * stop string appears (anywhere in the new text, also across token
+ * boundaries) the output ends there, without the stop string unless
+ * include_stop_str_in_output. Special tokens are skipped when asked.
+ */
+#ifndef SERVELAB_DETOK_H
+#define SERVELAB_DETOK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "servelab/tokenizer.h"
+
+typedef struct {
+    const tokenizer_t *tok;
+    tok_stream_t stream;
+    char *const *stop;      /* borrowed from the request's sampling params */
+    int32_t n_stop;
+    size_t max_stop_len;
+    bool include_stop;
+    char *text;             /* all output text so far (incl. held back), NUL-terminated */
+    size_t len, cap;
+    size_t emitted;         /* bytes of `text` already handed out */
+    bool stopped;
+} detok_t;
+
+void detok_init(detok_t *d, const tokenizer_t *tok, bool skip_special_tokens, char *const *stop,
+                int32_t n_stop, bool include_stop_str_in_output);
+void detok_free(detok_t *d);
+
+/* Appends token `id`. Returns the index of the stop string that matched, or
+ * -1. On a match the text is final: `text`/`len` are cut to end before the
+ * stop string (after it with include_stop_str_in_output). After the call, the new text that may be
+ * shown is text[*delta_from .. *delta_to) (possibly empty). */
+int detok_push(detok_t *d, int32_t id, size_t *delta_from, size_t *delta_to);
+
+/* Ends the stream for another reason (EOS, length, abort): releases the held
+ * back text and any incomplete UTF-8 (as U+FFFD). Returns the delta range as
+ * detok_push does. */
+void detok_finish(detok_t *d, size_t *delta_from, size_t *delta_to);
+
+#endif

@@ -1,0 +1,90 @@
+/* sampling.h - per-request sampling parameters and the logits pipeline.
+ *
+ * Semantics follow vLLM V1's sampler, in this order on a request's row of
+ * logits: min_tokens (EOS and stop_token_ids masked until min_tokens have
+ * been generated), logit_bias, then the penalties (repetition over prompt +
+ * output as in HF/vLLM: positive logits divided, negative multiplied;
+ * frequency and presence over output tokens only), then greedy (temperature
+ * 0) or: temperature, min_p, top_k, top_p, and a draw with the request's own
+ * generator. Logprobs are vLLM V1's default "raw" logprobs: log_softmax of the
+ * model's logits before any processing. Everything here is batch-independent:
+ * a request's tokens depend only on its own logits, history and generator.
+ */
+#ifndef SERVELAB_SAMPLING_H
+#define SERVELAB_SAMPLING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "servelab/core.h"
+#include "servelab/sampler.h"
+
+#define SAMPLING_MAX_LOGPROBS 20
+
+typedef struct {
+    int32_t n;                      /* completions per prompt (1) */
+    float temperature;              /* 0 = greedy (1.0) */
+    float top_p;                    /* (0, 1] (1.0 = off) */
+    int32_t top_k;                  /* 0 or -1 = off */
+    float min_p;                    /* [0, 1] (0 = off) */
+    float repetition_penalty;       /* > 0 (1.0 = off) */
+    float presence_penalty;         /* [-2, 2] (0) */
+    float frequency_penalty;        /* [-2, 2] (0) */
+    int32_t n_logit_bias;
+    int32_t *logit_bias_ids;        /* (n_logit_bias) owned */
+    float *logit_bias_values;       /* (n_logit_bias) owned, clamped to [-100, 100] */
+    bool has_seed;
+    uint64_t seed;
+    int32_t max_tokens;             /* >= 1 */
+    int32_t min_tokens;             /* >= 0 */
+    bool ignore_eos;
+    int32_t n_stop_token_ids;
+    int32_t *stop_token_ids;        /* owned */
+    int32_t n_stop;
+    char **stop;                    /* (n_stop) owned NUL-terminated stop strings */
+    bool include_stop_str_in_output;
+    int32_t logprobs;               /* -1 = none; 0 = chosen token only; k = chosen + top k */
+    bool skip_special_tokens;       /* (true) */
+} sampling_params_t;
+
+/* vLLM's defaults: n 1, temperature 1, top_p 1, top_k 0, min_p 0, penalties
+ * off, max_tokens 16, logprobs -1, skip_special_tokens true. */
+void sampling_params_default(sampling_params_t *p);
+/* Checks ranges as vLLM does; -1 with vLLM's message in `err` (a 400). `V`
+ * is the vocabulary size (for logit_bias / stop_token_ids ids). */
+int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *err);
+/* Deep copy / free of the owned arrays. */
+void sampling_params_copy(sampling_params_t *dst, const sampling_params_t *src);
+void sampling_params_free(sampling_params_t *p);
+
+typedef struct {
+    int32_t token;
+    float logprob;                  /* raw logprob of `token` */
+    int32_t rank;                   /* 1-based rank of `token` among raw logits */
+    int32_t n_top;
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
+} sample_result_t;
+
+/* Scratch reused across calls so the hot path does not allocate. */
+typedef struct {
+    int64_t V;
+    float *work;                    /* (V) */
+    int32_t *idx;                   /* (V) */
+    uint32_t *counts;               /* (V) output-token counts */
+    uint8_t *in_prompt;             /* (V) */
+} sampler_scratch_t;
+
+void sampler_scratch_init(sampler_scratch_t *s, int64_t V);
+void sampler_scratch_free(sampler_scratch_t *s);
+
+/* Chooses the next token of one sequence. `logits` (V) is not modified.
+ * `prompt`/`output` are the sequence's token history; `eos_ids` the
+ * checkpoint's EOS ids (masked while output has fewer than min_tokens).
+ * Cost is O(V) plus O(len(prompt) + len(output)) for penalties. */
+void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
+                 const int32_t *prompt, int32_t n_prompt, const int32_t *output, int32_t n_output,
+                 const int32_t *eos_ids, int n_eos, sl_rng_t *rng, sampler_scratch_t *scratch,
+                 sample_result_t *out);
+
+#endif

@@ -1,0 +1,241 @@
+/* kv_pool.c - block pool, LRU free queue and prefix-cache hash map (see kv_pool.h).
+ *
+ * Everything is O(1) per block: the free queue is an intrusive doubly-linked
+ * list over the block array, the map is open addressing with linear probing
+ * and backward-shift deletion (no tombstones, so lookups never degrade).
+ */
+#include "servelab/kv_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "servelab/core.h"
+
+#define HASH_SEED 0x5e4ce1ab00000001ull
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int32_t n) {
+    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int32_t i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] * 0x100000001b3ull + (uint64_t)i));
+    return mix64(h ^ (uint64_t)n);
+}
+
+/* ---- free queue ------------------------------------------------------------ */
+
+static void fq_remove(kv_pool_t *p, int32_t id) {
+    kv_block_t *b = &p->blocks[id];
+    SL_ASSERT(b->in_free_queue);
+    if (b->prev >= 0) p->blocks[b->prev].next = b->next;
+    else p->free_head = b->next;
+    if (b->next >= 0) p->blocks[b->next].prev = b->prev;
+    else p->free_tail = b->prev;
+    b->prev = b->next = -1;
+    b->in_free_queue = false;
+    p->n_free--;
+}
+
+static void fq_push_tail(kv_pool_t *p, int32_t id) {
+    kv_block_t *b = &p->blocks[id];
+    SL_ASSERT(!b->in_free_queue && b->ref_cnt == 0);
+    b->prev = p->free_tail;
+    b->next = -1;
+    if (p->free_tail >= 0) p->blocks[p->free_tail].next = id;
+    else p->free_head = id;
+    p->free_tail = id;
+    b->in_free_queue = true;
+    p->n_free++;
+}
+
+/* ---- hash map ---------------------------------------------------------------- */
+
+static int64_t map_slot(const kv_pool_t *p, uint64_t key) {
+    return (int64_t)(mix64(key) & (uint64_t)(p->map_cap - 1));
+}
+
+static int32_t map_get(const kv_pool_t *p, uint64_t key) {
+    for (int64_t i = map_slot(p, key);; i = (i + 1) & (p->map_cap - 1)) {
+        if (p->map_vals[i] < 0) return -1;
+        if (p->map_keys[i] == key) return p->map_vals[i];
+    }
+}
+
+static void map_put(kv_pool_t *p, uint64_t key, int32_t val) {
+    SL_ASSERT(p->map_count < p->map_cap / 2);
+    int64_t i = map_slot(p, key);
+    while (p->map_vals[i] >= 0) i = (i + 1) & (p->map_cap - 1);
+    p->map_keys[i] = key;
+    p->map_vals[i] = val;
+    p->map_count++;
+}
+
+static void map_del(kv_pool_t *p, uint64_t key) {
+    int64_t mask = p->map_cap - 1, i = map_slot(p, key);
+    while (p->map_vals[i] >= 0 && p->map_keys[i] != key) i = (i + 1) & mask;
+    SL_ASSERT(p->map_vals[i] >= 0);
+    /* Backward shift: move later entries of the probe run into the hole when
+     * their home slot is not between the hole and their current slot. */
+    for (int64_t j = (i + 1) & mask; p->map_vals[j] >= 0; j = (j + 1) & mask) {
+        int64_t home = map_slot(p, p->map_keys[j]);
+        bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            p->map_keys[i] = p->map_keys[j];
+            p->map_vals[i] = p->map_vals[j];
+            i = j;
+        }
+    }
+    p->map_vals[i] = -1;
+    p->map_count--;
+}
+
+/* ---- pool ---------------------------------------------------------------------- */
+
+void kv_pool_init(kv_pool_t *p, int32_t n_blocks, int32_t block_size, bool enable_prefix_caching) {
+    SL_ASSERT(n_blocks >= 2 && block_size >= 1);
+    memset(p, 0, sizeof *p);
+    p->n_blocks = n_blocks;
+    p->block_size = block_size;
+    p->enable_prefix_caching = enable_prefix_caching;
+    p->blocks = sl_calloc((size_t)n_blocks, sizeof *p->blocks);
+    p->free_head = p->free_tail = -1;
+    for (int32_t i = 0; i < n_blocks; i++) p->blocks[i].prev = p->blocks[i].next = -1;
+    p->blocks[KV_NULL_BLOCK].ref_cnt = 1; /* never allocated, never freed */
+    for (int32_t i = 1; i < n_blocks; i++) fq_push_tail(p, i);
+    p->map_cap = 16;
+    while (p->map_cap < 2 * (int64_t)n_blocks + 2) p->map_cap *= 2;
+    p->map_keys = sl_calloc((size_t)p->map_cap, sizeof *p->map_keys);
+    p->map_vals = sl_malloc((size_t)p->map_cap * sizeof *p->map_vals);
+    for (int64_t i = 0; i < p->map_cap; i++) p->map_vals[i] = -1;
+}
+
+void kv_pool_free(kv_pool_t *p) {
+    free(p->blocks);
+    free(p->map_keys);
+    free(p->map_vals);
+    memset(p, 0, sizeof *p);
+}
+
+int32_t kv_pool_n_free(const kv_pool_t *p) { return p->n_free; }
+
+double kv_pool_usage(const kv_pool_t *p) {
+    return 1.0 - (double)p->n_free / (double)(p->n_blocks - 1);
+}
+
+int32_t kv_lookup_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n_tokens, int32_t *out,
+                         int32_t max_out) {
+    if (!p->enable_prefix_caching) return 0;
+    int32_t B = p->block_size, max_blocks = (n_tokens - 1) / B, n = 0;
+    if (max_blocks > max_out) max_blocks = max_out;
+    uint64_t h = HASH_SEED;
+    while (n < max_blocks) {
+        h = kv_block_hash(h, tokens + (int64_t)n * B, B);
+        int32_t id = map_get(p, h);
+        if (id < 0) break;
+        out[n++] = id;
+    }
+    p->queries += n_tokens;
+    p->hits += (int64_t)n * B;
+    return n;
+}
+
+static void seq_push(kv_seq_blocks_t *s, int32_t id) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 8;
+        s->ids = sl_realloc(s->ids, (size_t)s->cap * sizeof *s->ids);
+        s->hashes = sl_realloc(s->hashes, (size_t)s->cap * sizeof *s->hashes);
+    }
+    s->ids[s->n++] = id;
+}
+
+bool kv_allocate(kv_pool_t *p, kv_seq_blocks_t *seq, const int32_t *tokens, int32_t n_known_tokens,
+                 int32_t n_total_tokens, const int32_t *hit, int32_t n_hit) {
+    int32_t B = p->block_size;
+    SL_ASSERT(n_hit == 0 || seq->n == 0);
+    int32_t need = (n_total_tokens + B - 1) / B - seq->n - n_hit;
+    if (need < 0) need = 0;
+    /* Hit blocks nobody references sit in the free queue: taking them makes
+     * them unavailable for the new blocks. */
+    int32_t free_hits = 0;
+    for (int32_t i = 0; i < n_hit; i++) free_hits += p->blocks[hit[i]].ref_cnt == 0;
+    if (need > p->n_free - free_hits) return false;
+
+    for (int32_t i = 0; i < n_hit; i++) {
+        kv_block_t *b = &p->blocks[hit[i]];
+        SL_ASSERT(b->has_hash);
+        if (b->ref_cnt == 0) fq_remove(p, hit[i]);
+        b->ref_cnt++;
+        seq_push(seq, hit[i]);
+        seq->hashes[seq->n_hashed++] = b->hash;
+    }
+    for (int32_t i = 0; i < need; i++) {
+        int32_t id = p->free_head;
+        kv_block_t *b = &p->blocks[id];
+        fq_remove(p, id);
+        if (b->has_hash) { /* evict: the LRU cached block */
+            if (map_get(p, b->hash) == id) map_del(p, b->hash);
+            b->has_hash = false;
+        }
+        b->ref_cnt = 1;
+        seq_push(seq, id);
+    }
+    if (!p->enable_prefix_caching) return true;
+    int32_t n_full = n_known_tokens / B;
+    if (n_full > seq->n) n_full = seq->n;
+    for (int32_t i = seq->n_hashed; i < n_full; i++) {
+        uint64_t parent = i ? seq->hashes[i - 1] : HASH_SEED;
+        uint64_t h = kv_block_hash(parent, tokens + (int64_t)i * B, B);
+        seq->hashes[i] = h;
+        kv_block_t *b = &p->blocks[seq->ids[i]];
+        if (!b->has_hash && map_get(p, h) < 0) {
+            b->has_hash = true;
+            b->hash = h;
+            map_put(p, h, seq->ids[i]);
+        }
+    }
+    if (n_full > seq->n_hashed) seq->n_hashed = n_full;
+    return true;
+}
+
+void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq) {
+    for (int32_t i = seq->n - 1; i >= 0; i--) {
+        kv_block_t *b = &p->blocks[seq->ids[i]];
+        SL_ASSERT(b->ref_cnt > 0);
+        if (--b->ref_cnt == 0) fq_push_tail(p, seq->ids[i]);
+    }
+    seq->n = 0;
+    seq->n_hashed = 0;
+}
+
+void kv_seq_blocks_free(kv_seq_blocks_t *seq) {
+    free(seq->ids);
+    free(seq->hashes);
+    memset(seq, 0, sizeof *seq);
+}
+
+void kv_pool_check(const kv_pool_t *p) {
+    int32_t n_free = 0, n_hashed = 0;
+    SL_ASSERT(p->blocks[KV_NULL_BLOCK].ref_cnt == 1 && !p->blocks[KV_NULL_BLOCK].in_free_queue);
+    for (int32_t id = p->free_head, prev = -1; id >= 0; prev = id, id = p->blocks[id].next) {
+        SL_ASSERT(p->blocks[id].in_free_queue && p->blocks[id].prev == prev);
+        SL_ASSERT(p->blocks[id].ref_cnt == 0);
+        SL_ASSERT(++n_free <= p->n_blocks);
+    }
+    SL_ASSERT(n_free == p->n_free);
+    for (int32_t i = 1; i < p->n_blocks; i++) {
+        const kv_block_t *b = &p->blocks[i];
+        SL_ASSERT(b->ref_cnt >= 0);
+        SL_ASSERT((b->ref_cnt == 0) == b->in_free_queue);
+        if (b->has_hash) {
+            n_hashed++;
+            SL_ASSERT(map_get(p, b->hash) == i);
+        }
+    }
+    SL_ASSERT(n_hashed == p->map_count);
+}
