@@ -1,0 +1,95 @@
+/* engine.h - the engine loop: continuous batching over the model, in its own thread.
+ *
+ * Clients (the HTTP server, offline generation) talk to the engine only
+ * through engine_submit (a thread-safe submission queue) and the stream it
+ * returns (a per-request output queue). The engine thread owns every
+ * request, block and counter; a client that goes away calls engine_abort,
+ * and the engine frees the request at the next step boundary. Each step:
+ * take new and aborted requests, schedule, build the flat batch, one forward,
+ * sample, detokenize and check stops, free finished requests, publish
+ * outputs. engine_step() runs one such step synchronously (tests, benchmarks).
+ */
+#ifndef SERVELAB_ENGINE_H
+#define SERVELAB_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "servelab/model.h"
+#include "servelab/request.h"
+#include "servelab/sampling.h"
+#include "servelab/scheduler.h"
+#include "servelab/tokenizer.h"
+
+typedef struct {
+    int32_t block_size;             /* --block-size (16) */
+    int32_t num_gpu_blocks_override;/* --num-gpu-blocks-override (0 = from memory) */
+    int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (CPU default 4 GiB) */
+    bool enable_prefix_caching;     /* (true) */
+    sched_config_t sched;           /* budget, max seqs, max model len, chunking, static */
+} engine_config_t;
+
+/* One output event of one sequence (choice). */
+typedef struct engine_output {
+    int32_t index;                  /* choice index (n > 1) */
+    int32_t n_new;                  /* new tokens in this event (0 or 1) */
+    int32_t token;                  /* the new token, if n_new */
+    sample_result_t logprobs;       /* when the request asked for logprobs */
+    char *text;                     /* new text, complete UTF-8 (may be "") */
+    size_t text_len;
+    finish_reason_t finish;         /* FINISH_NONE while running */
+    int32_t stop_index;             /* stop string that matched, or -1 */
+    int32_t stop_token;             /* stop_token_ids entry that matched, or -1 */
+    int32_t prompt_tokens, completion_tokens, cached_tokens;
+    struct engine_output *next;
+} engine_output_t;
+
+typedef struct engine_stream engine_stream_t;
+typedef struct engine engine_t;
+
+/* Builds an engine over a loaded model and tokenizer (both borrowed) and
+ * sizes the KV pool; logs vLLM's "GPU KV cache size" and "Maximum
+ * concurrency" lines. The model must have been initialised for batches of
+ * max_num_batched_tokens tokens, max_num_seqs sequences and
+ * ceil(max_model_len / block_size) blocks. As vLLM, a pool sized from memory
+ * that cannot hold one max_model_len request is a startup error; an explicit
+ * --num-gpu-blocks-override may be smaller (a lab setting): requests that can
+ * never fit are then refused at submission. `seed` (--seed) seeds requests
+ * that bring none, in submission order. */
+engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const tokenizer_t *tok,
+                        uint64_t seed, sl_err_t *err);
+void engine_free(engine_t *e);
+
+/* Starts / stops the engine thread. Without a thread, drive it with engine_step. */
+void engine_start(engine_t *e);
+void engine_stop(engine_t *e);
+
+/* Submits a request (prompt ids copied, params deep-copied). Validation
+ * failures (a prompt that cannot fit max_model_len or the whole KV pool, bad
+ * sampling params) return NULL with an OpenAI-style message in `err`. */
+engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_prompt,
+                               const sampling_params_t *params, sl_err_t *err);
+
+/* Blocks until the next event of the stream; NULL once every choice has
+ * finished and all its events were taken. Free events with engine_output_free. */
+engine_output_t *engine_stream_next(engine_stream_t *st);
+void engine_output_free(engine_output_t *o);
+/* Asks the engine to abort the stream's sequences (safe at any time). */
+void engine_abort(engine_t *e, engine_stream_t *st);
+/* The client is done with the stream (aborts it if still running). */
+void engine_stream_release(engine_t *e, engine_stream_t *st);
+
+/* Runs one step on the calling thread. Returns false when there was nothing
+ * to do. Must not be mixed with a running engine thread. */
+bool engine_step(engine_t *e);
+
+typedef struct {
+    int32_t n_running, n_waiting;
+    double kv_usage;
+    int64_t n_preemptions, prefix_queries, prefix_hits;
+    int64_t n_steps, n_prompt_tokens_total, n_generation_tokens_total;
+    int32_t n_blocks;
+} engine_stats_t;
+void engine_get_stats(engine_t *e, engine_stats_t *out);
+
+#endif

@@ -1,0 +1,52 @@
+/* cli_engine.h - vLLM's engine flags, shared by every subcommand that runs the engine.
+ *
+ *   --dtype --load-format --max-model-len --block-size --num-gpu-blocks-override
+ *   --kv-cache-memory-bytes --[no-]enable-prefix-caching --[no-]enable-chunked-prefill
+ *   --max-num-batched-tokens --max-num-seqs --batching continuous|static --seed --threads
+ *
+ * Defaults are vLLM's for a small GPU (max-num-seqs 256, max-num-batched-tokens
+ * 2048, or max(max_model_len, 2048) without chunked prefill, as vLLM sets it),
+ * and 4 GiB of KV cache on CPU (vLLM's CPU default, VLLM_CPU_KVCACHE_SPACE).
+ */
+#ifndef SERVELAB_CLI_ENGINE_H
+#define SERVELAB_CLI_ENGINE_H
+
+#include <getopt.h>
+
+#include "servelab/engine.h"
+
+typedef struct {
+    const char *model_dir;
+    model_load_opts_t load;
+    engine_config_t engine;
+    int threads;
+    uint64_t seed;
+    long long max_model_len;            /* 0: the config's max_position_embeddings */
+    bool max_num_batched_tokens_set;
+} engine_args_t;
+
+/* Option codes 1000.. are the engine's; merge them into a command's table. */
+#define ENGINE_OPT_BASE 1000
+extern const struct option engine_long_options[];
+extern const char *engine_usage;
+
+void engine_args_default(engine_args_t *a);
+/* Handles getopt code `c` if it is an engine flag: 1 if consumed, 0 if not.
+ * Bad values exit 2 with argparse's style of message. */
+int engine_args_handle(engine_args_t *a, int c, const char *value);
+/* A command's options followed by the engine's (malloc'd; free it). */
+struct option *cli_merge_options(const struct option *own);
+
+/* Everything an engine needs, loaded from a.model_dir; startup errors exit 1. */
+typedef struct {
+    tokenizer_t *tok;
+    llama_model_t model;
+    engine_t *engine;
+} engine_bundle_t;
+void engine_bundle_load(engine_args_t *a, engine_bundle_t *b);
+void engine_bundle_free(engine_bundle_t *b);
+
+/* "2048", "1k" (1000), "1K" (1024), "25.6k" as vLLM's --max-model-len parser. */
+long long cli_parse_human_int(const char *flag, const char *value);
+
+#endif

@@ -1,0 +1,217 @@
+/* step.c - one engine step: admit, schedule, build the flat batch, forward, sample, update.
+ *
+ * Stop checks follow vLLM V1 (v1/core/sched/utils.py check_stop, then the
+ * output processor's stop strings): LENGTH when max_tokens or max_model_len
+ * is reached; nothing else before min_tokens; then EOS (unless ignore_eos)
+ * and stop_token_ids, whose text is not shown unless
+ * include_stop_str_in_output; then stop strings, which are only looked for
+ * once more than min_tokens tokens exist and win over LENGTH on the same
+ * step. A request whose prompt is complete after this step gets one row of
+ * logits; a partial prefill chunk gets none.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
+    pthread_mutex_lock(&st->mu);
+    if (st->tail) st->tail->next = o;
+    else st->head = o;
+    st->tail = o;
+    if (finishes_sequence) st->n_live--;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static engine_output_t *new_output(const request_t *r, const char *text, size_t len) {
+    engine_output_t *o = sl_calloc(1, sizeof *o);
+    o->index = r->index;
+    o->text = sl_malloc(len + 1);
+    memcpy(o->text, text, len);
+    o->text[len] = '\0';
+    o->text_len = len;
+    o->stop_index = r->stop_index;
+    o->stop_token = r->stop_token;
+    o->prompt_tokens = r->n_prompt;
+    o->completion_tokens = request_n_output(r);
+    o->cached_tokens = r->n_cached_prompt;
+    return o;
+}
+
+/* Finishes r for a reason other than its own last token (abort, error):
+ * releases its blocks and held-back text, posts the final event. */
+void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now) {
+    sched_remove(&e->sched, r);
+    r->status = REQ_FINISHED;
+    r->finish = why;
+    r->t_finished = now;
+    size_t from, to;
+    detok_finish(&r->detok, &from, &to);
+    engine_output_t *o = new_output(r, r->detok.text + from, to - from);
+    o->finish = why;
+    engine_stream_t *st = r->stream;
+    engine_post(st, o, true);
+    pthread_mutex_lock(&st->mu);
+    bool last = st->n_live == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last) engine_stream_unref(st); /* the engine's reference */
+}
+
+static void take_submissions(engine_t *e, double now) {
+    pthread_mutex_lock(&e->mu);
+    for (int32_t i = 0; i < e->n_incoming; i++) sched_add(&e->sched, e->incoming[i]);
+    e->n_incoming = 0;
+    int32_t n_aborts = e->n_aborts;
+    engine_stream_t **aborts = NULL;
+    if (n_aborts) {
+        aborts = sl_malloc((size_t)n_aborts * sizeof *aborts);
+        memcpy(aborts, e->aborts, (size_t)n_aborts * sizeof *aborts);
+        e->n_aborts = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    for (int32_t i = 0; i < n_aborts; i++) {
+        engine_stream_t *st = aborts[i];
+        for (int32_t k = 0; k < st->n_seqs; k++)
+            if (st->seqs[k]->status != REQ_FINISHED) engine_finish_request(e, st->seqs[k], FINISH_ABORT, now);
+        engine_stream_unref(st); /* the abort list's reference */
+    }
+    free(aborts);
+}
+
+static void build_batch(engine_t *e, const sched_output_t *so) {
+    sl_batch_t *b = &e->batch;
+    int32_t B = e->cfg.block_size;
+    b->n_tokens = b->n_seqs = b->n_logits = 0;
+    for (int32_t s = 0; s < so->n; s++) {
+        const request_t *r = so->reqs[s];
+        int32_t t0 = b->n_tokens, start = r->n_computed, n = so->n_new[s];
+        for (int32_t i = 0; i < n; i++) {
+            int32_t pos = start + i;
+            b->token_ids[t0 + i] = r->tokens[pos];
+            b->positions[t0 + i] = pos;
+            b->slot_mapping[t0 + i] = (int64_t)r->blocks.ids[pos / B] * B + pos % B;
+        }
+        b->n_tokens += n;
+        b->query_start[s] = t0;
+        b->query_start[s + 1] = b->n_tokens;
+        b->seq_lens[s] = start + n;
+        int32_t *row = b->block_tables + (size_t)s * (size_t)b->max_blocks;
+        memcpy(row, r->blocks.ids, (size_t)r->blocks.n * sizeof *row);
+        if (start + n == r->n_tokens) b->logits_index[b->n_logits++] = b->n_tokens - 1;
+    }
+    b->n_seqs = so->n;
+}
+
+static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+/* Appends the sampled token to r, runs the stop checks and posts the event. */
+static void update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now) {
+    const model_config_t *mc = &e->model->cfg;
+    const sampling_params_t *p = &r->params;
+    request_append(r, res->token);
+    int32_t n_out = request_n_output(r);
+    if (n_out == 1) r->t_first_token = now;
+    r->t_last_token = now;
+
+    finish_reason_t fin = FINISH_NONE;
+    bool stop_token = false;
+    if (n_out >= r->max_tokens || r->n_tokens >= e->cfg.sched.max_model_len) fin = FINISH_LENGTH;
+    if (fin == FINISH_NONE && n_out >= p->min_tokens) {
+        if (!p->ignore_eos && is_in(mc->eos_token_ids, mc->n_eos_token_ids, res->token)) {
+            fin = FINISH_STOP;
+            stop_token = true;
+        } else if (is_in(p->stop_token_ids, p->n_stop_token_ids, res->token)) {
+            fin = FINISH_STOP;
+            stop_token = true;
+            r->stop_token = res->token;
+        }
+    }
+    size_t from = r->detok.emitted, to = r->detok.emitted;
+    if (!stop_token || p->include_stop_str_in_output) {
+        r->detok.n_stop = n_out > p->min_tokens ? p->n_stop : 0;
+        int k = detok_push(&r->detok, res->token, &from, &to);
+        if (k >= 0) {
+            fin = FINISH_STOP;
+            r->stop_index = k;
+        }
+    }
+    if (fin != FINISH_NONE && r->stop_index < 0) {
+        size_t f2, t2;
+        detok_finish(&r->detok, &f2, &t2);
+        if (from == to) from = f2;
+        to = t2;
+    }
+    engine_output_t *o = new_output(r, r->detok.text + from, to - from);
+    o->n_new = 1;
+    o->token = res->token;
+    if (p->logprobs >= 0) o->logprobs = *res;
+    o->finish = fin;
+    if (fin == FINISH_NONE) {
+        engine_post(r->stream, o, false);
+        return;
+    }
+    r->finish = fin;
+    r->status = REQ_FINISHED;
+    r->t_finished = now;
+    sched_remove(&e->sched, r);
+    engine_stream_t *st = r->stream;
+    engine_post(st, o, true);
+    pthread_mutex_lock(&st->mu);
+    bool last = st->n_live == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last) engine_stream_unref(st);
+}
+
+bool engine_step(engine_t *e) {
+    double now = sl_now_s();
+    take_submissions(e, now);
+    if (e->sched.n_running == 0 && e->sched.n_waiting == 0) return false;
+    const sched_output_t *so = sched_step(&e->sched, now);
+    if (so->n == 0) {
+        /* Nothing fits although the pool is idle: only a request larger than the
+         * pool can cause this, and submission refuses those; fail it, never spin. */
+        if (e->sched.n_running == 0 && e->sched.n_waiting > 0)
+            engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
+        return true;
+    }
+    build_batch(e, so);
+    llama_forward(e->model, &e->batch, &e->kv, e->logits);
+    double done = sl_now_s();
+
+    int64_t V = e->model->cfg.vocab_size, n_gen = 0, n_prompt_done = 0;
+    int32_t row = 0;
+    /* Finishing a request edits the scheduler's queues, never `so`. */
+    for (int32_t s = 0; s < so->n; s++) {
+        request_t *r = so->reqs[s];
+        r->n_computed += so->n_new[s];
+        if (r->n_computed < r->n_tokens) continue; /* a partial prefill chunk */
+        if (request_n_output(r) == 0) n_prompt_done += r->n_prompt; /* counted once, as vLLM */
+        sample_result_t res;
+        const float *lg = e->logits + (size_t)row++ * (size_t)V;
+        sampler_run(&r->params, lg, V, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
+                    request_n_output(r), e->model->cfg.eos_token_ids, e->model->cfg.n_eos_token_ids,
+                    &r->rng, &e->scratch, &res);
+        update_with_token(e, r, &res, done);
+        n_gen++;
+    }
+    SL_ASSERT(row == e->batch.n_logits);
+
+    pthread_mutex_lock(&e->mu);
+    engine_stats_t *st = &e->stats;
+    st->n_running = e->sched.n_running;
+    st->n_waiting = e->sched.n_waiting + e->n_incoming;
+    st->kv_usage = kv_pool_usage(&e->pool);
+    st->n_preemptions = e->sched.n_preemptions;
+    st->prefix_queries = e->pool.queries;
+    st->prefix_hits = e->pool.hits;
+    st->n_steps++;
+    st->n_prompt_tokens_total += n_prompt_done;
+    st->n_generation_tokens_total += n_gen;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
