@@ -1,52 +1,120 @@
-/* cli_generate.c - `servelab generate`: offline generation from a checkpoint.
+/* cli_generate.c - `servelab generate`: offline generation through the engine.
  *
- *   servelab generate MODEL_DIR --prompt TEXT [--prompt TEXT ...] [--max-tokens N]
- *       [--temperature T] [--seed S] [--ignore-eos] [--json]
- *       [--dtype auto] [--load-format auto|safetensors|dummy] [--max-model-len N]
- *       [--max-num-batched-tokens N] [--block-size N] [--threads N]
+ *   servelab generate MODEL_DIR (--prompt TEXT [--prompt TEXT ...] | --prompts-file FILE.jsonl)
+ *       [--max-tokens N] [--temperature T] [--ignore-eos] [--json] [engine flags]
  *
- * Without --json the prompt and its continuation are streamed to stdout as they
- * are generated. With --json one object per prompt per line:
- *   {"prompt", "prompt_token_ids", "token_ids", "text", "finish_reason", "logprobs"}
- * where logprobs[i] is log_softmax of the raw logits at the chosen token. Log
- * lines go to stderr so stdout stays data. Defaults follow vLLM: max_tokens 16,
- * temperature 1.0, seed 0 (prompt i uses seed + i), max_model_len from config.json.
+ * Like vLLM's LLM.generate, every prompt is submitted at once and the engine
+ * batches them continuously; outputs come back in input order. Each line of a
+ * prompts file is {"prompt": TEXT, ...vLLM SamplingParams fields...}; --prompt
+ * prompts use --max-tokens/--temperature/--ignore-eos and seed --seed + i.
+ * Without --json the prompt and its continuation are printed (streamed as they
+ * are generated). With --json, one object per prompt per line: "prompt",
+ * "prompt_token_ids", "token_ids", "text", "finish_reason", "stop_reason",
+ * "logprobs" (log-softmax of the raw logits at each chosen token),
+ * "num_cached_tokens", plus "top_logprobs" when logprobs > 0 was asked and
+ * "outputs" (one object per completion) when n > 1. Logs go to stderr.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "servelab/generate.h"
+#include "cli_engine.h"
+#include "servelab/sampling_json.h"
 
 static const char *gen_usage =
-    "usage: servelab generate MODEL_DIR --prompt TEXT [--prompt TEXT ...] [--max-tokens N]\n"
-    "                         [--temperature T] [--seed S] [--ignore-eos] [--json]\n"
-    "                         [--dtype auto|float32|bfloat16|float16] [--load-format auto|safetensors|dummy]\n"
-    "                         [--max-model-len N] [--max-num-batched-tokens N] [--block-size N]\n"
-    "                         [--threads N]\n";
+    "usage: servelab generate MODEL_DIR (--prompt TEXT [--prompt TEXT ...] | --prompts-file FILE.jsonl)\n"
+    "                         [--max-tokens N] [--temperature T] [--ignore-eos] [--json] [engine flags]\n";
 
-static void stream_stdout(void *user, const char *text, int len) {
-    (void)user;
-    fwrite(text, 1, (size_t)len, stdout);
-    fflush(stdout);
+typedef struct {
+    char *prompt;
+    sampling_params_t params;
+    int32_t *ids;
+    int32_t n_ids;
+    engine_stream_t *stream;
+} job_t;
+
+/* Per-completion results gathered from the stream's events. */
+typedef struct {
+    int32_t *tokens;
+    double *logprobs;
+    sample_result_t *top;
+    int32_t n, cap;
+    char *text;
+    size_t len;
+    finish_reason_t finish;
+    int32_t stop_index, stop_token;
+} choice_t;
+
+static void choice_add(choice_t *c, const engine_output_t *o) {
+    if (o->n_new) {
+        if (c->n == c->cap) {
+            c->cap = c->cap ? 2 * c->cap : 32;
+            c->tokens = sl_realloc(c->tokens, (size_t)c->cap * sizeof *c->tokens);
+            c->logprobs = sl_realloc(c->logprobs, (size_t)c->cap * sizeof *c->logprobs);
+            c->top = sl_realloc(c->top, (size_t)c->cap * sizeof *c->top);
+        }
+        c->tokens[c->n] = o->token;
+        c->logprobs[c->n] = o->logprobs.logprob;
+        c->top[c->n++] = o->logprobs;
+    }
+    c->text = sl_realloc(c->text, c->len + o->text_len + 1);
+    memcpy(c->text + c->len, o->text, o->text_len);
+    c->text[c->len += o->text_len] = '\0';
+    if (o->finish != FINISH_NONE) {
+        c->finish = o->finish;
+        c->stop_index = o->stop_index;
+        c->stop_token = o->stop_token;
+    }
 }
 
-static void print_json(const char *prompt, const int32_t *prompt_ids, int n_prompt,
-                       const gen_output_t *o) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "prompt", prompt);
-    cJSON *pids = cJSON_AddArrayToObject(j, "prompt_token_ids");
-    for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(prompt_ids[i]));
-    cJSON *ids = cJSON_AddArrayToObject(j, "token_ids");
-    for (int i = 0; i < o->n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(o->token_ids[i]));
-    cJSON_AddStringToObject(j, "text", o->text);
-    cJSON_AddStringToObject(j, "finish_reason", o->finish_reason);
+static cJSON *int_array(const int32_t *v, int32_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+static void add_choice_fields(cJSON *j, const job_t *job, const choice_t *c) {
+    cJSON_AddItemToObject(j, "token_ids", int_array(c->tokens, c->n));
+    cJSON_AddStringToObject(j, "text", c->text ? c->text : "");
+    cJSON_AddStringToObject(j, "finish_reason", finish_reason_str(c->finish));
+    if (c->stop_index >= 0) cJSON_AddStringToObject(j, "stop_reason", job->params.stop[c->stop_index]);
+    else if (c->stop_token >= 0) cJSON_AddNumberToObject(j, "stop_reason", c->stop_token);
+    else cJSON_AddNullToObject(j, "stop_reason");
     cJSON *lps = cJSON_AddArrayToObject(j, "logprobs");
-    for (int i = 0; i < o->n; i++) cJSON_AddItemToArray(lps, cJSON_CreateNumber(o->logprobs[i]));
+    for (int32_t i = 0; i < c->n; i++) cJSON_AddItemToArray(lps, cJSON_CreateNumber(c->logprobs[i]));
+    if (job->params.logprobs > 0) {
+        cJSON *top = cJSON_AddArrayToObject(j, "top_logprobs");
+        for (int32_t i = 0; i < c->n; i++) {
+            cJSON *step = cJSON_CreateArray();
+            for (int32_t k = 0; k < c->top[i].n_top; k++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "id", c->top[i].top_ids[k]);
+                cJSON_AddNumberToObject(e, "logprob", c->top[i].top_logprobs[k]);
+                cJSON_AddItemToArray(step, e);
+            }
+            cJSON_AddItemToArray(top, step);
+        }
+    }
+}
+
+static void print_json(const job_t *job, const choice_t *ch, int32_t n, int32_t n_cached) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "prompt", job->prompt);
+    cJSON_AddItemToObject(j, "prompt_token_ids", int_array(job->ids, job->n_ids));
+    add_choice_fields(j, job, &ch[0]);
+    cJSON_AddNumberToObject(j, "num_cached_tokens", n_cached);
+    if (n > 1) {
+        cJSON *outs = cJSON_AddArrayToObject(j, "outputs");
+        for (int32_t i = 0; i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "index", i);
+            add_choice_fields(o, job, &ch[i]);
+            cJSON_AddItemToArray(outs, o);
+        }
+    }
     char *s = cJSON_PrintUnformatted(j);
     puts(s);
     fflush(stdout);
@@ -54,122 +122,156 @@ static void print_json(const char *prompt, const int32_t *prompt_ids, int n_prom
     cJSON_Delete(j);
 }
 
+/* Reads a JSONL prompts file into jobs; any bad line is a startup error. */
+static job_t *read_prompts_file(const char *path, int *n_jobs) {
+    sl_err_t err;
+    size_t len;
+    char *text = sl_read_file(path, (size_t)1 << 30, &len, &err);
+    if (!text) sl_die("%s", err.msg);
+    job_t *jobs = NULL;
+    int n = 0, line_no = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        line_no++;
+        if (strspn(line, " \t\r") == strlen(line)) continue;
+        cJSON *j = cJSON_Parse(line);
+        if (!j || !cJSON_IsObject(j)) sl_die("%s:%d: not a JSON object", path, line_no);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, j) {
+            if (strcmp(it->string, "prompt") && !sampling_json_is_known_key(it->string))
+                sl_die("%s:%d: unknown field \"%.64s\"", path, line_no, it->string);
+        }
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+        if (!cJSON_IsString(p)) sl_die("%s:%d: prompt: expected a string", path, line_no);
+        jobs = sl_realloc(jobs, (size_t)(n + 1) * sizeof *jobs);
+        job_t *job = &jobs[n++];
+        memset(job, 0, sizeof *job);
+        job->prompt = sl_strdup(p->valuestring);
+        sampling_params_default(&job->params);
+        if (sampling_params_from_json(j, &job->params, &err)) sl_die("%s:%d: %s", path, line_no, err.msg);
+        cJSON_Delete(j);
+    }
+    free(text);
+    if (n == 0) sl_die("%s: no prompts", path);
+    *n_jobs = n;
+    return jobs;
+}
+
 int cli_generate(int argc, char **argv) {
-    enum { O_PROMPT = 256, O_MAX_TOKENS, O_TEMP, O_SEED, O_IGNORE_EOS, O_JSON, O_DTYPE, O_LOAD,
-           O_MAX_LEN, O_MAX_BATCHED, O_BLOCK, O_THREADS };
-    static const struct option opts[] = {
+    enum { O_PROMPT = 256, O_FILE, O_MAX_TOKENS, O_TEMP, O_IGNORE_EOS, O_JSON };
+    static const struct option own[] = {
         {"prompt", required_argument, 0, O_PROMPT},
+        {"prompts-file", required_argument, 0, O_FILE},
         {"max-tokens", required_argument, 0, O_MAX_TOKENS},
         {"temperature", required_argument, 0, O_TEMP},
-        {"seed", required_argument, 0, O_SEED},
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"json", no_argument, 0, O_JSON},
-        {"dtype", required_argument, 0, O_DTYPE},
-        {"load-format", required_argument, 0, O_LOAD},
-        {"max-model-len", required_argument, 0, O_MAX_LEN},
-        {"max-num-batched-tokens", required_argument, 0, O_MAX_BATCHED},
-        {"block-size", required_argument, 0, O_BLOCK},
-        {"threads", required_argument, 0, O_THREADS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char **prompts = NULL;
+    struct option *opts = cli_merge_options(own);
+    engine_args_t ea;
+    engine_args_default(&ea);
+    const char **prompts = NULL, *prompts_file = NULL;
     int n_prompts = 0;
-    gen_params_t params = {.max_tokens = 16, .temperature = 1.0f, .seed = 0};
-    bool json = false;
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true, .progress = true};
-    long long max_model_len = 0, max_batched = 2048, block_size = 16, threads = 0;
+    int32_t max_tokens = 16;
+    float temperature = 1.0f;
+    bool ignore_eos = false, json = false;
 
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (engine_args_handle(&ea, c, optarg)) continue;
         switch (c) {
         case O_PROMPT:
             prompts = sl_realloc(prompts, (size_t)(n_prompts + 1) * sizeof *prompts);
             prompts[n_prompts++] = optarg;
             break;
-        case O_MAX_TOKENS: params.max_tokens = (int32_t)cli_parse_int("--max-tokens", optarg, 1, 1 << 30); break;
-        case O_TEMP: params.temperature = (float)cli_parse_double("--temperature", optarg, 0.0, 1e6); break;
-        case O_SEED: params.seed = (uint64_t)cli_parse_int("--seed", optarg, 0, INT64_MAX); break;
-        case O_IGNORE_EOS: params.ignore_eos = true; break;
+        case O_FILE: prompts_file = optarg; break;
+        case O_MAX_TOKENS: max_tokens = (int32_t)cli_parse_int("--max-tokens", optarg, 1, 1 << 30); break;
+        case O_TEMP: temperature = (float)cli_parse_double("--temperature", optarg, 0.0, 1e6); break;
+        case O_IGNORE_EOS: ignore_eos = true; break;
         case O_JSON: json = true; break;
-        case O_DTYPE:
-            if (dtype_parse(optarg, &lo.dtype, &lo.dtype_auto))
-                cli_usage_error(gen_usage, "argument --dtype: invalid choice: '%s'", optarg);
-            break;
-        case O_LOAD: {
-            int f = load_format_parse(optarg);
-            if (f < 0) cli_usage_error(gen_usage, "argument --load-format: invalid choice: '%s'", optarg);
-            lo.load_format = (load_format_t)f;
-            break;
-        }
-        case O_MAX_LEN: max_model_len = cli_parse_int("--max-model-len", optarg, 2, 1 << 24); break;
-        case O_MAX_BATCHED: max_batched = cli_parse_int("--max-num-batched-tokens", optarg, 1, 1 << 20); break;
-        case O_BLOCK: block_size = cli_parse_int("--block-size", optarg, 1, 1024); break;
-        case O_THREADS: threads = cli_parse_int("--threads", optarg, 1, 4096); break;
-        case 'h': fputs(gen_usage, stdout); free(prompts); return 0;
-        default:
-            cli_usage_error(gen_usage, "unrecognized or incomplete argument: %s", argv[optind - 1]);
+        case 'h': printf("%s%s", gen_usage, engine_usage); free(opts); free(prompts); return 0;
+        default: cli_usage_error(gen_usage, "unrecognized or incomplete argument: %s", argv[optind - 1]);
         }
     }
-    if (optind != argc - 1)
-        cli_usage_error(gen_usage, "expected exactly one MODEL_DIR, got %d", argc - optind);
-    if (n_prompts == 0) cli_usage_error(gen_usage, "the following arguments are required: --prompt");
-    const char *model_dir = argv[optind];
-
+    free(opts);
+    if (optind != argc - 1) cli_usage_error(gen_usage, "expected exactly one MODEL_DIR, got %d", argc - optind);
+    if ((n_prompts > 0) == (prompts_file != NULL))
+        cli_usage_error(gen_usage, "give either --prompt (one or more) or --prompts-file");
+    ea.model_dir = argv[optind];
     sl_log_to_stderr();
-    sl_err_t err;
-    model_config_t cfg;
-    if (config_load(model_dir, &cfg, &err)) sl_die("%s", err.msg);
-    if (max_model_len == 0) max_model_len = cfg.max_position_embeddings;
-    if (max_model_len > cfg.max_position_embeddings)
-        sl_die("--max-model-len %lld is larger than the model's max_position_embeddings (%lld)",
-               max_model_len, (long long)cfg.max_position_embeddings);
-    int32_t max_blocks = (int32_t)((max_model_len + block_size - 1) / block_size);
 
-    const sl_ops_t *ops = cpu_backend_init((int)threads);
-    tokenizer_t *tok = tok_load(model_dir, &err);
-    if (!tok) sl_die("%s", err.msg);
-    llama_model_t model;
-    if (llama_init(&model, model_dir, &lo, ops, (int32_t)max_batched, 1, max_blocks, &err))
-        sl_die("%s", err.msg);
-    gen_ctx_t g;
-    if (gen_init(&g, &model, tok, (int32_t)max_model_len, (int32_t)max_batched,
-                 (int32_t)block_size, &err))
-        sl_die("%s", err.msg);
-
-    int status = 0;
-    for (int i = 0; i < n_prompts; i++) {
-        int32_t *ids = NULL;
-        int n = tok_encode(tok, prompts[i], strlen(prompts[i]), true, &ids, &err);
-        gen_output_t out;
-        gen_params_t p = params;
-        p.seed = params.seed + (uint64_t)i;
-        if (n >= 0 && !json) {
-            fputs(prompts[i], stdout);
-            fflush(stdout);
+    int n_jobs = n_prompts;
+    job_t *jobs;
+    if (prompts_file) {
+        jobs = read_prompts_file(prompts_file, &n_jobs);
+    } else {
+        jobs = sl_calloc((size_t)n_jobs, sizeof *jobs);
+        for (int i = 0; i < n_jobs; i++) {
+            jobs[i].prompt = sl_strdup(prompts[i]);
+            sampling_params_default(&jobs[i].params);
+            jobs[i].params.max_tokens = max_tokens;
+            jobs[i].params.temperature = temperature;
+            jobs[i].params.ignore_eos = ignore_eos;
+            jobs[i].params.has_seed = true;
+            jobs[i].params.seed = ea.seed + (uint64_t)i;
         }
-        if (n < 0 || gen_run(&g, ids, n, &p, json ? NULL : stream_stdout, NULL, &out, &err)) {
-            fprintf(stderr, "servelab: error: prompt %d: %s\n", i, err.msg);
-            free(ids);
-            status = 1;
-            continue;
-        }
-        if (json) {
-            print_json(prompts[i], ids, n, &out);
-        } else {
-            printf("\n");
-            fflush(stdout);
-        }
-        LOG_DEBUG("prompt %d: %d prompt tokens in %.3f s, %d tokens in %.3f s", i, n,
-                  out.prefill_s, out.n, out.decode_s);
-        gen_output_free(&out);
-        free(ids);
     }
-    gen_free(&g);
-    llama_free(&model);
-    tok_free(tok);
     free(prompts);
+
+    engine_bundle_t eb;
+    engine_bundle_load(&ea, &eb);
+    engine_start(eb.engine);
+    int status = 0;
+    sl_err_t err;
+    for (int i = 0; i < n_jobs; i++) {
+        job_t *job = &jobs[i];
+        if (job->params.logprobs < 0) job->params.logprobs = 0; /* always report the chosen logprob */
+        job->n_ids = tok_encode(eb.tok, job->prompt, strlen(job->prompt), true, &job->ids, &err);
+        if (job->n_ids < 0 || !(job->stream = engine_submit(eb.engine, job->ids, job->n_ids, &job->params, &err))) {
+            fprintf(stderr, "servelab: error: prompt %d: %s\n", i, err.msg);
+            status = 1;
+        }
+    }
+    for (int i = 0; i < n_jobs; i++) {
+        job_t *job = &jobs[i];
+        if (job->stream) {
+            int32_t n = job->params.n, n_cached = 0;
+            choice_t *ch = sl_calloc((size_t)n, sizeof *ch);
+            if (!json) {
+                fputs(job->prompt, stdout);
+                fflush(stdout);
+            }
+            for (engine_output_t *o; (o = engine_stream_next(job->stream)); engine_output_free(o)) {
+                choice_add(&ch[o->index], o);
+                n_cached = o->cached_tokens;
+                if (!json && n == 1) {
+                    fwrite(o->text, 1, o->text_len, stdout);
+                    fflush(stdout);
+                }
+            }
+            if (json) {
+                print_json(job, ch, n, n_cached);
+            } else {
+                for (int32_t k = 0; n > 1 && k < n; k++) printf("\n[%d]%s", k, ch[k].text ? ch[k].text : "");
+                printf("\n");
+            }
+            for (int32_t k = 0; k < n; k++) {
+                free(ch[k].tokens), free(ch[k].logprobs), free(ch[k].top), free(ch[k].text);
+            }
+            free(ch);
+            engine_stream_release(eb.engine, job->stream);
+        }
+        free(job->prompt);
+        free(job->ids);
+        sampling_params_free(&job->params);
+    }
+    free(jobs);
+    engine_stop(eb.engine);
+    engine_bundle_free(&eb);
     return status;
 }

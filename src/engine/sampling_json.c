@@ -42,7 +42,7 @@ static int as_int(const cJSON *v, const char *key, int64_t lo, int64_t hi, int64
 static int get_int(const cJSON *obj, const char *key, int32_t *out, sl_err_t *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    int64_t x;
+    int64_t x = 0;
     if (as_int(v, key, INT32_MIN, INT32_MAX, &x, err)) return -1;
     *out = (int32_t)x;
     return 0;
@@ -75,7 +75,7 @@ int sampling_params_from_json(const cJSON *obj, sampling_params_t *p, sl_err_t *
 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "seed");
     if (v && !cJSON_IsNull(v)) {
-        int64_t seed;
+        int64_t seed = 0;
         if (as_int(v, "seed", INT64_MIN / 2, INT64_MAX / 2, &seed, err)) return -1;
         p->has_seed = true;
         p->seed = (uint64_t)seed;
@@ -112,7 +112,7 @@ int sampling_params_from_json(const cJSON *obj, sampling_params_t *p, sl_err_t *
         p->n_stop_token_ids = 0;
         const cJSON *it;
         cJSON_ArrayForEach(it, v) {
-            int64_t id;
+            int64_t id = 0;
             if (as_int(it, "stop_token_ids", 0, INT32_MAX, &id, err)) return -1;
             p->stop_token_ids[p->n_stop_token_ids++] = (int32_t)id;
         }

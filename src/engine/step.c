@@ -167,10 +167,29 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     if (last) engine_stream_unref(st);
 }
 
+/* The snapshot engine_get_stats returns; once per step, under the engine's lock. */
+static void publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen) {
+    pthread_mutex_lock(&e->mu);
+    engine_stats_t *st = &e->stats;
+    st->n_running = e->sched.n_running;
+    st->n_waiting = e->sched.n_waiting + e->n_incoming;
+    st->kv_usage = kv_pool_usage(&e->pool);
+    st->n_preemptions = e->sched.n_preemptions;
+    st->prefix_queries = e->pool.queries;
+    st->prefix_hits = e->pool.hits;
+    st->n_steps += steps;
+    st->n_prompt_tokens_total += n_prompt_done;
+    st->n_generation_tokens_total += n_gen;
+    pthread_mutex_unlock(&e->mu);
+}
+
 bool engine_step(engine_t *e) {
     double now = sl_now_s();
     take_submissions(e, now);
-    if (e->sched.n_running == 0 && e->sched.n_waiting == 0) return false;
+    if (e->sched.n_running == 0 && e->sched.n_waiting == 0) {
+        publish_stats(e, 0, 0, 0);
+        return false;
+    }
     const sched_output_t *so = sched_step(&e->sched, now);
     if (so->n == 0) {
         /* Nothing fits although the pool is idle: only a request larger than the
@@ -201,17 +220,6 @@ bool engine_step(engine_t *e) {
     }
     SL_ASSERT(row == e->batch.n_logits);
 
-    pthread_mutex_lock(&e->mu);
-    engine_stats_t *st = &e->stats;
-    st->n_running = e->sched.n_running;
-    st->n_waiting = e->sched.n_waiting + e->n_incoming;
-    st->kv_usage = kv_pool_usage(&e->pool);
-    st->n_preemptions = e->sched.n_preemptions;
-    st->prefix_queries = e->pool.queries;
-    st->prefix_hits = e->pool.hits;
-    st->n_steps++;
-    st->n_prompt_tokens_total += n_prompt_done;
-    st->n_generation_tokens_total += n_gen;
-    pthread_mutex_unlock(&e->mu);
+    publish_stats(e, 1, n_prompt_done, n_gen);
     return true;
 }

@@ -3,7 +3,8 @@
 
 Runs `servelab generate --json --temperature 0 --ignore-eos` on every golden
 prompt, once with the default prefill budget and once with a 7-token budget
-(so every prompt is prefilled in chunks that straddle KV blocks), and checks:
+and 4 sequences per step (so prompts are prefilled in chunks that straddle
+KV blocks, mixed with other prompts' decodes), and checks:
 prompt token ids identical (our tokenizer = transformers'), generated token ids
 identical, and each chosen token's logprob within --atol of transformers'.
 Prints one line per prompt and a final "N passed, N failed".
@@ -35,7 +36,7 @@ def main():
     golden = json.load(open(args.golden, encoding="utf-8"))
     cases = golden["cases"]
     passed = failed = 0
-    for label, extra in [("default budget", []), ("7-token prefill chunks", ["--max-num-batched-tokens", "7"])]:
+    for label, extra in [("default budget", []), ("7-token budget, 4 seqs", ["--max-num-batched-tokens", "7", "--max-num-seqs", "4"])]:
         outs = run(args.servelab, args.model, cases, golden["max_tokens"], extra)
         if len(outs) != len(cases):
             print(f"FAIL {label}: {len(outs)} outputs for {len(cases)} prompts")

@@ -1,0 +1,470 @@
+/* sampling.c - vLLM V1's sampling pipeline on one request's row of logits.
+ *
+ * What: sampling parameters (defaults, validation with vLLM's messages, copy)
+ * and sampler_run: raw logprobs, min_tokens, logit_bias, penalties, then
+ * greedy or temperature, min_p, top_k, top_p and one inverse-CDF draw from
+ * the request's own generator. Not here: batching, allowed_token_ids,
+ * bad_words, structured output, beam search. Why this way: a row at a time
+ * keeps a request's tokens independent of its batch; the common case (top_k
+ * and top_p off) is a few O(V) passes without allocation, and top_k / top_p
+ * select by quickselect instead of sorting the vocabulary.
+ */
+#include "servelab/sampling.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* vLLM's _SAMPLING_EPS: a temperature below it means greedy. */
+#define SAMPLING_GREEDY_EPS 1e-5f
+/* vLLM's _MAX_TEMP: smaller positive temperatures are raised to it (vLLM
+ * warns that they overflow its float32 softmax; it changes which tokens can
+ * be drawn, so we do the same to draw the same distribution). */
+#define SAMPLING_MIN_TEMPERATURE 1e-2f
+/* OpenAI's (and vLLM's) clamp on logit_bias values. */
+#define SAMPLING_MAX_BIAS 100.0f
+
+/* ---- parameters ------------------------------------------------------------ */
+
+void sampling_params_default(sampling_params_t *p) {
+    memset(p, 0, sizeof *p);
+    p->n = 1;
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->top_k = 0;
+    p->min_p = 0.0f;
+    p->repetition_penalty = 1.0f;
+    p->max_tokens = 16;
+    p->logprobs = -1;
+    p->skip_special_tokens = true;
+}
+
+/* Writes `x` as Python's repr(float) writes the number the request held
+ * ("-1.0", "0.1", "2.5", "1e-05", "3e+20", "nan"), so that our messages read
+ * exactly like vLLM's f-strings. The digits are the shortest that give back
+ * the same float32 (what we store), which are those of the JSON number. */
+static void py_float_repr(char *out, size_t cap, float x) {
+    if (isnan(x)) {
+        snprintf(out, cap, "nan");
+        return;
+    }
+    if (isinf(x)) {
+        snprintf(out, cap, "%s", x > 0 ? "inf" : "-inf");
+        return;
+    }
+    char sci[40];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(sci, sizeof sci, "%.*e", prec - 1, (double)x);
+        if (strtof(sci, NULL) == x) break;
+    }
+    /* sci is "[-]d[.ddd]e[+-]XX": split it into sign, digits and exponent. */
+    const char *s = sci;
+    bool neg = *s == '-';
+    if (neg) s++;
+    char dig[16];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.') dig[nd++] = *s;
+    int e10 = atoi(s + 1);
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    char buf[64];
+    size_t n = 0;
+    if (neg) buf[n++] = '-';
+    if (e10 < -4 || e10 >= 16) { /* Python switches to exponent form here */
+        buf[n++] = dig[0];
+        if (nd > 1) buf[n++] = '.';
+        for (int i = 1; i < nd; i++) buf[n++] = dig[i];
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
+    } else if (e10 < 0) {
+        buf[n++] = '0';
+        buf[n++] = '.';
+        for (int i = 0; i < -e10 - 1; i++) buf[n++] = '0';
+        for (int i = 0; i < nd; i++) buf[n++] = dig[i];
+    } else {
+        for (int i = 0; i <= e10; i++) buf[n++] = i < nd ? dig[i] : '0';
+        buf[n++] = '.';
+        if (nd > e10 + 1)
+            for (int i = e10 + 1; i < nd; i++) buf[n++] = dig[i];
+        else
+            buf[n++] = '0';
+    }
+    buf[n] = '\0';
+    snprintf(out, cap, "%s", buf);
+}
+
+/* vLLM's message for ids outside the vocabulary ("token_id(s) [5000, 7000] in
+ * logit_bias contain out-of-vocab token ids. Vocabulary size: 1024"). */
+static int check_ids(const int32_t *ids, int32_t n, int64_t V, const char *what, sl_err_t *err) {
+    char list[256];
+    size_t len = 0;
+    int bad = 0;
+    bool more = false;
+    list[0] = '\0';
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < V) continue;
+        /* Python lists them all; we list what fits in the message, then "...". */
+        if (len < sizeof list - 32)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", bad ? ", " : "", ids[i]);
+        else
+            more = true;
+        bad++;
+    }
+    if (!bad) return 0;
+    return sl_fail(err, "token_id(s) [%s%s] in %s contain out-of-vocab token ids. Vocabulary size: %lld",
+                   list, more ? ", ..." : "", what, (long long)V);
+}
+
+static bool utf8_valid(const char *str) {
+    const uint8_t *s = (const uint8_t *)str;
+    for (size_t i = 0; s[i];) {
+        uint32_t c = s[i];
+        int need = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
+                 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (need < 0) return false;
+        uint32_t cp = c & (0x7Fu >> need);
+        for (int k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false; /* also stops at the NUL */
+            cp = (cp << 6) | (s[i + k] & 0x3Fu);
+        }
+        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += (size_t)need + 1;
+    }
+    return true;
+}
+
+int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *err) {
+    char v[48];
+#define FLOAT_FAIL(fmt, x) (py_float_repr(v, sizeof v, (x)), sl_fail(err, fmt, v))
+    /* Same checks, same order, same words as vLLM's SamplingParams._verify_args. */
+    if (p->n < 1) return sl_fail(err, "n must be at least 1, got %d.", p->n);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return FLOAT_FAIL("presence_penalty must be in [-2, 2], got %s.", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return FLOAT_FAIL("frequency_penalty must be in [-2, 2], got %s.", p->frequency_penalty);
+    if (!isfinite(p->repetition_penalty))
+        return FLOAT_FAIL("repetition_penalty must be a finite number, got %s.", p->repetition_penalty);
+    if (p->repetition_penalty <= 0.0f)
+        return FLOAT_FAIL("repetition_penalty must be greater than zero, got %s.", p->repetition_penalty);
+    if (!isfinite(p->temperature))
+        return FLOAT_FAIL("temperature must be a finite number, got %s.", p->temperature);
+    if (p->temperature < 0.0f)
+        return FLOAT_FAIL("temperature must be non-negative, got %s.", p->temperature);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return FLOAT_FAIL("top_p must be in (0, 1], got %s.", p->top_p);
+    if (p->top_k < -1) /* -1 is accepted quietly as "off", like 0 */
+        return sl_fail(err, "top_k must be 0 (disable), or at least 1, got %d.", p->top_k);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return FLOAT_FAIL("min_p must be in [0, 1], got %s.", p->min_p);
+    if (p->max_tokens < 1) return sl_fail(err, "max_tokens must be at least 1, got %d.", p->max_tokens);
+    if (p->min_tokens < 0)
+        return sl_fail(err, "min_tokens must be greater than or equal to 0, got %d.", p->min_tokens);
+    if (p->min_tokens > p->max_tokens)
+        return sl_fail(err, "min_tokens must be less than or equal to max_tokens=%d, got %d.",
+                       p->max_tokens, p->min_tokens);
+    /* -1 is "no logprobs" here (vLLM's None); vLLM's -1 = whole vocabulary is not offered. */
+    if (p->logprobs < -1) return sl_fail(err, "logprobs must be non-negative, got %d.", p->logprobs);
+    for (int32_t i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !p->stop[i][0]) return sl_fail(err, "stop cannot contain an empty string.");
+        /* Ours: matching works on bytes, which is matching on characters only for valid UTF-8. */
+        if (!utf8_valid(p->stop[i])) return sl_fail(err, "stop strings must be valid UTF-8.");
+    }
+    /* What vLLM's engine front end checks against the model. */
+    if (p->logprobs > SAMPLING_MAX_LOGPROBS)
+        return sl_fail(err, "Requested sample logprobs of %d, which is greater than max allowed: %d",
+                       p->logprobs, SAMPLING_MAX_LOGPROBS);
+    if (check_ids(p->logit_bias_ids, p->n_logit_bias, V, "logit_bias", err) < 0) return -1;
+    if (check_ids(p->stop_token_ids, p->n_stop_token_ids, V, "stop_token_ids", err) < 0) return -1;
+#undef FLOAT_FAIL
+    return 0;
+}
+
+static void *dup_bytes(const void *src, size_t n) {
+    if (!n) return NULL;
+    void *dst = sl_malloc(n);
+    memcpy(dst, src, n);
+    return dst;
+}
+
+void sampling_params_copy(sampling_params_t *dst, const sampling_params_t *src) {
+    *dst = *src;
+    dst->logit_bias_ids = dup_bytes(src->logit_bias_ids, (size_t)src->n_logit_bias * sizeof(int32_t));
+    dst->logit_bias_values = dup_bytes(src->logit_bias_values, (size_t)src->n_logit_bias * sizeof(float));
+    dst->stop_token_ids = dup_bytes(src->stop_token_ids, (size_t)src->n_stop_token_ids * sizeof(int32_t));
+    dst->stop = NULL;
+    if (src->n_stop > 0) {
+        dst->stop = sl_malloc((size_t)src->n_stop * sizeof(char *));
+        for (int32_t i = 0; i < src->n_stop; i++) dst->stop[i] = sl_strdup(src->stop[i]);
+    }
+}
+
+void sampling_params_free(sampling_params_t *p) {
+    free(p->logit_bias_ids);
+    free(p->logit_bias_values);
+    free(p->stop_token_ids);
+    for (int32_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->stop);
+    p->logit_bias_ids = p->stop_token_ids = NULL;
+    p->logit_bias_values = NULL;
+    p->stop = NULL;
+    p->n_logit_bias = p->n_stop_token_ids = p->n_stop = 0;
+}
+
+/* ---- scratch ---------------------------------------------------------------- */
+
+void sampler_scratch_init(sampler_scratch_t *s, int64_t V) {
+    SL_ASSERT(V > 0);
+    s->V = V;
+    s->work = sl_malloc((size_t)V * sizeof(float));
+    s->idx = sl_malloc((size_t)V * sizeof(int32_t));
+    /* Zero between calls: sampler_run sets and resets only the entries of the history. */
+    s->counts = sl_calloc((size_t)V, sizeof(uint32_t));
+    s->in_prompt = sl_calloc((size_t)V, sizeof(uint8_t));
+}
+
+void sampler_scratch_free(sampler_scratch_t *s) {
+    free(s->work);
+    free(s->idx);
+    free(s->counts);
+    free(s->in_prompt);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- logits processing (the part greedy sees too) --------------------------- */
+
+static void mask_ids(float *w, int64_t V, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < V) w[ids[i]] = -INFINITY;
+}
+
+/* Repetition penalty over prompt + output, each distinct token once (HF and
+ * vLLM: positive logits divided, others multiplied); then frequency
+ * (count × penalty) and presence penalties over output tokens only (OpenAI's
+ * definition). Touches only the history's entries of the scratch and leaves
+ * them zero again, so the cost is O(len(prompt) + len(output)). Ids outside
+ * [0, V) are ignored: no logit to change. */
+static void apply_penalties(const sampling_params_t *p, float *w, int64_t V, const int32_t *prompt,
+                            int32_t n_prompt, const int32_t *output, int32_t n_output,
+                            sampler_scratch_t *s) {
+    bool rep = p->repetition_penalty != 1.0f, freq = p->frequency_penalty != 0.0f,
+         pres = p->presence_penalty != 0.0f;
+    if (!rep && !freq && !pres) return;
+    uint8_t *seen = s->in_prompt; /* 1: in the history, 2: repetition penalty applied */
+    uint32_t *cnt = s->counts;
+#define IN_VOCAB(t) ((t) >= 0 && (t) < V)
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (IN_VOCAB(prompt[i])) seen[prompt[i]] = 1;
+    for (int32_t i = 0; i < n_output; i++)
+        if (IN_VOCAB(output[i])) seen[output[i]] = 1, cnt[output[i]]++;
+    if (rep) {
+        float r = p->repetition_penalty;
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *h = pass ? output : prompt;
+            for (int32_t i = 0, n = pass ? n_output : n_prompt; i < n; i++) {
+                int32_t t = h[i];
+                if (!IN_VOCAB(t) || seen[t] != 1) continue;
+                w[t] = w[t] > 0.0f ? w[t] / r : w[t] * r;
+                seen[t] = 2;
+            }
+        }
+    }
+    for (int32_t i = 0; i < n_output; i++) {
+        int32_t t = output[i];
+        if (!IN_VOCAB(t) || !cnt[t]) continue;
+        /* Two float32 subtractions, in vLLM's order. */
+        if (freq) w[t] -= p->frequency_penalty * (float)cnt[t];
+        if (pres) w[t] -= p->presence_penalty;
+        cnt[t] = 0;
+    }
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (IN_VOCAB(prompt[i])) seen[prompt[i]] = 0;
+    for (int32_t i = 0; i < n_output; i++)
+        if (IN_VOCAB(output[i])) seen[output[i]] = 0;
+#undef IN_VOCAB
+}
+
+/* ---- selection (top_k, top_p) ----------------------------------------------- */
+
+/* The total order of candidates: higher logit first, lower id first on ties.
+ * It makes every selection below deterministic and tie-breaking explicit. */
+static inline bool ranks_before(const float *w, int32_t a, int32_t b) {
+    return w[a] > w[b] || (w[a] == w[b] && a < b);
+}
+
+static inline void swap_i32(int32_t *x, int32_t *y) {
+    int32_t t = *x;
+    *x = *y;
+    *y = t;
+}
+
+/* Partitions idx[lo, hi) around a median-of-three pivot: what ranks before it,
+ * then the pivot (its final position is returned), then the rest. */
+static int64_t partition(int32_t *idx, int64_t lo, int64_t hi, const float *w) {
+    int64_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (ranks_before(w, idx[mid], idx[lo])) swap_i32(&idx[mid], &idx[lo]);
+    if (ranks_before(w, idx[last], idx[lo])) swap_i32(&idx[last], &idx[lo]);
+    if (ranks_before(w, idx[mid], idx[last])) swap_i32(&idx[mid], &idx[last]);
+    int32_t pivot = idx[last]; /* now the median of the three */
+    int64_t store = lo;
+    for (int64_t j = lo; j < last; j++)
+        if (ranks_before(w, idx[j], pivot)) swap_i32(&idx[store++], &idx[j]);
+    swap_i32(&idx[store], &idx[last]);
+    return store;
+}
+
+/* Quickselect: afterwards idx[0, k) are the k best of idx[0, m) (0 < k < m),
+ * in no particular order. Expected O(m). */
+static void select_best(int32_t *idx, int64_t m, int64_t k, const float *w) {
+    int64_t lo = 0, hi = m;
+    while (lo < k) { /* invariant: idx[0, lo) rank before idx[lo, m); k < hi */
+        int64_t q = partition(idx, lo, hi, w);
+        if (q == k) return;
+        if (q < k)
+            lo = q + 1;
+        else
+            hi = q;
+    }
+}
+
+/* top_p on candidates idx[0, m): returns c such that, in rank order, the
+ * first c candidates are the smallest set whose probability reaches top_p of
+ * the candidates' total (vLLM: drop the tail whose cumulative probability is
+ * <= 1 - top_p; the best token always stays). Partitions idx so that those c
+ * come first. Masses are exp(logit - mx) in double; quickselect on the
+ * cumulative mass, expected O(m). */
+static int64_t top_p_cut(int32_t *idx, int64_t m, const float *w, float mx, double top_p) {
+    double total = 0.0;
+    for (int64_t j = 0; j < m; j++) total += exp((double)w[idx[j]] - mx);
+    double target = top_p * total, acc = 0.0; /* acc: mass of idx[0, lo), all kept, < target */
+    int64_t lo = 0, hi = m;                   /* the cut lies in (lo, hi] */
+    while (lo < hi) {
+        int64_t q = partition(idx, lo, hi, w);
+        double before = 0.0; /* mass of idx[lo, q): what ranks before the pivot */
+        for (int64_t j = lo; j < q; j++) before += exp((double)w[idx[j]] - mx);
+        double pivot = exp((double)w[idx[q]] - mx);
+        if (acc + before >= target)
+            hi = q; /* reached without the pivot: the cut is before it */
+        else if (acc + before + pivot >= target)
+            return q + 1;
+        else
+            acc += before + pivot, lo = q + 1;
+    }
+    return hi; /* only by rounding: acc summed in another order fell short */
+}
+
+/* ---- the draw --------------------------------------------------------------- */
+
+static int32_t sample_random(const sampling_params_t *p, float T, float *w, int64_t V, sl_rng_t *rng,
+                             sampler_scratch_t *s) {
+    if (T != 1.0f)
+        for (int64_t i = 0; i < V; i++) w[i] /= T; /* float32 division, as vLLM's logits.div_ */
+    int32_t best = sampler_greedy(w, V);
+    float mx = w[best];
+    if (!(mx > -INFINITY)) return best; /* nothing can be drawn: every token masked */
+
+    if (p->min_p > 0.0f) {
+        /* p_i >= min_p * p_max  <=>  logit_i - max >= log(min_p). */
+        double log_min_p = log((double)p->min_p);
+        for (int64_t i = 0; i < V; i++)
+            if ((double)w[i] - mx < log_min_p) w[i] = -INFINITY;
+    }
+
+    int64_t k = p->top_k > 0 && p->top_k < V ? p->top_k : 0;
+    if (k > 0 || p->top_p < 1.0f) {
+        int32_t *idx = s->idx;
+        int64_t m = 0;
+        for (int64_t i = 0; i < V; i++)
+            if (w[i] > -INFINITY) idx[m++] = (int32_t)i;
+        int64_t keep = m;
+        if (k > 0 && k < m) {
+            select_best(idx, m, k, w);
+            float kth = w[idx[0]];
+            for (int64_t j = 1; j < k; j++)
+                if (w[idx[j]] < kth) kth = w[idx[j]];
+            /* vLLM keeps every token >= the k-th value: ties at the boundary stay. */
+            keep = k;
+            for (int64_t j = k; j < m; j++)
+                if (w[idx[j]] == kth) swap_i32(&idx[keep++], &idx[j]);
+        }
+        if (p->top_p < 1.0f && keep > 1) keep = top_p_cut(idx, keep, w, mx, (double)p->top_p);
+        for (int64_t j = keep; j < m; j++) w[idx[j]] = -INFINITY;
+    }
+
+    /* Inverse CDF over the kept tokens in id order, in double. */
+    double total = 0.0;
+    for (int64_t i = 0; i < V; i++)
+        if (w[i] > -INFINITY) total += exp((double)w[i] - mx);
+    double u = rng_uniform(rng) * total, run = 0.0;
+    int64_t last = best;
+    for (int64_t i = 0; i < V; i++) {
+        if (!(w[i] > -INFINITY)) continue;
+        run += exp((double)w[i] - mx);
+        last = i;
+        if (u < run) return (int32_t)i;
+    }
+    return (int32_t)last; /* u reached the total by rounding: the last kept token */
+}
+
+/* ---- logprobs ----------------------------------------------------------------- */
+
+/* vLLM's raw logprobs: log_softmax of the model's logits, the chosen token's
+ * value and rank, and the n_top best (logit descending, lower id first). */
+static void raw_logprobs(const float *logits, int64_t V, int32_t token, int n_top, sample_result_t *out) {
+    double mx = logits[sampler_greedy(logits, V)], sum = 0.0;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    float lt = logits[token];
+    int32_t rank = 1;
+    int n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        float x = logits[i];
+        rank += x > lt;
+        /* Ids come in increasing order, so an equal value ranks after what is there. */
+        if (n_top == 0 || (n == n_top && !(x > logits[out->top_ids[n - 1]]))) continue;
+        if (isnan(x)) continue;
+        int j = n < n_top ? n++ : n - 1;
+        while (j > 0 && x > logits[out->top_ids[j - 1]]) {
+            out->top_ids[j] = out->top_ids[j - 1];
+            j--;
+        }
+        out->top_ids[j] = (int32_t)i;
+    }
+    out->n_top = n;
+    for (int j = 0; j < n; j++) out->top_logprobs[j] = (float)((double)logits[out->top_ids[j]] - lse);
+    out->logprob = (float)((double)lt - lse);
+    out->rank = rank;
+}
+
+/* ---- the pipeline ------------------------------------------------------------- */
+
+void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
+                 const int32_t *prompt, int32_t n_prompt, const int32_t *output, int32_t n_output,
+                 const int32_t *eos_ids, int n_eos, sl_rng_t *rng, sampler_scratch_t *scratch,
+                 sample_result_t *out) {
+    SL_ASSERT(V > 0 && scratch->V >= V);
+    memset(out, 0, sizeof *out);
+    float *w = scratch->work;
+    memcpy(w, logits, (size_t)V * sizeof(float));
+
+    if (n_output < p->min_tokens) { /* EOS too with ignore_eos, as vLLM's _all_stop_token_ids */
+        mask_ids(w, V, eos_ids, n_eos);
+        mask_ids(w, V, p->stop_token_ids, p->n_stop_token_ids);
+    }
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias_ids[i];
+        if (t >= 0 && t < V)
+            w[t] += fminf(SAMPLING_MAX_BIAS, fmaxf(-SAMPLING_MAX_BIAS, p->logit_bias_values[i]));
+    }
+    apply_penalties(p, w, V, prompt, n_prompt, output, n_output, scratch);
+
+    float T = p->temperature;
+    if (T > 0.0f && T < SAMPLING_MIN_TEMPERATURE) T = SAMPLING_MIN_TEMPERATURE;
+    out->token = T < SAMPLING_GREEDY_EPS ? sampler_greedy(w, V) : sample_random(p, T, w, V, rng, scratch);
+
+    if (p->logprobs >= 0) {
+        int n_top = p->logprobs < SAMPLING_MAX_LOGPROBS ? p->logprobs : SAMPLING_MAX_LOGPROBS;
+        raw_logprobs(logits, V, out->token, n_top, out);
+    }
+}
