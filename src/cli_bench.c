@@ -1,14 +1,20 @@
-/* cli_bench.c - `servelab bench decode`: batch-1 decode speed against the roofline.
+/* cli_bench.c - offline benchmarks. They print figures; they assert nothing.
  *
  *   servelab bench decode MODEL_DIR [--threads 1,2] [--input-len 32] [--output-len 128]
- *       [--load-format auto|dummy] [--dtype auto]
- *
- * Decoding one token reads every weight once (all but the embedding table, of
- * which it reads one row), so batch-1 decode is bound by memory bandwidth. For
- * each thread count this measures the machine's read bandwidth with the same
- * threads (best of 5 passes over a 1 GiB buffer), then decode tokens/s, and
- * prints the achieved weight-read GB/s and its fraction of the measured
- * bandwidth. A benchmark prints figures; it asserts nothing.
+ *     batch-1 decode tokens/s, the weight bytes read per second, and that as a
+ *     fraction of the machine's read bandwidth measured in the same run with
+ *     the same threads (best of 5 passes over 1 GiB). Decoding one token reads
+ *     every weight once (of the embedding table, one row).
+ *   servelab bench throughput MODEL_DIR [--num-prompts 64] [--input-len 128] [--output-len 128]
+ *       [--random-range-ratio 0] [--prefix-len 0] [--compare batching|prefix-caching] [engine flags]
+ *     like `vllm bench throughput`: every prompt submitted at once, random token
+ *     prompts (lengths uniform in [len*(1-r), len*(1+r)]), a shared prefix of
+ *     --prefix-len tokens; prints vLLM's "Throughput: ..." line. --compare runs
+ *     the same prompts twice (continuous vs static batching, or prefix caching
+ *     on vs off) and prints the ratio.
+ *   servelab bench scheduler [--running 256,1024] [--steps 200]
+ *     host time of one scheduler step plus building its flat batch, with N
+ *     requests decoding (no model): the per-step overhead the engine adds.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -18,13 +24,71 @@
 #include <string.h>
 
 #include "cli.h"
-#include "servelab/generate.h"
+#include "cli_engine.h"
+#include "servelab/runner.h"
 
 static const char *bench_usage =
-    "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N]\n"
-    "                             [--load-format auto|safetensors|dummy] [--dtype auto|...]\n";
+    "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N] [engine flags]\n"
+    "       servelab bench throughput MODEL_DIR [--num-prompts N] [--input-len N] [--output-len N]\n"
+    "                [--random-range-ratio R] [--prefix-len N] [--compare batching|prefix-caching] [engine flags]\n"
+    "       servelab bench scheduler [--running 256,1024] [--steps N]\n";
 
-/* Best read bandwidth in GB/s over 5 passes of a sum over `n_bytes`. */
+enum { O_THREADS = 256, O_IN, O_OUT, O_NUM, O_RATIO, O_PREFIX, O_COMPARE, O_RUNNING, O_STEPS };
+static const struct option bench_options[] = {
+    {"threads-list", required_argument, 0, O_THREADS}, {"input-len", required_argument, 0, O_IN},
+    {"output-len", required_argument, 0, O_OUT},       {"num-prompts", required_argument, 0, O_NUM},
+    {"random-range-ratio", required_argument, 0, O_RATIO}, {"prefix-len", required_argument, 0, O_PREFIX},
+    {"compare", required_argument, 0, O_COMPARE},      {"running", required_argument, 0, O_RUNNING},
+    {"steps", required_argument, 0, O_STEPS},          {0, 0, 0, 0},
+};
+
+typedef struct {
+    engine_args_t ea;
+    char threads[128];
+    char running[128];
+    long long input_len, output_len, num_prompts, prefix_len, steps;
+    double range_ratio;
+    const char *compare;
+} bench_args_t;
+
+static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
+    struct option *opts = cli_merge_options(bench_options);
+    /* --threads takes a list here; route it to our own option. */
+    for (struct option *o = opts; o->name; o++)
+        if (!strcmp(o->name, "threads")) o->val = O_THREADS;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (engine_args_handle(&a->ea, c, optarg)) continue;
+        switch (c) {
+        case O_THREADS: snprintf(a->threads, sizeof a->threads, "%s", optarg); break;
+        case O_IN: a->input_len = cli_parse_int("--input-len", optarg, 1, 1 << 20); break;
+        case O_OUT: a->output_len = cli_parse_int("--output-len", optarg, 1, 1 << 20); break;
+        case O_NUM: a->num_prompts = cli_parse_int("--num-prompts", optarg, 1, 1 << 20); break;
+        case O_RATIO: a->range_ratio = cli_parse_double("--random-range-ratio", optarg, 0.0, 1.0); break;
+        case O_PREFIX: a->prefix_len = cli_parse_int("--prefix-len", optarg, 0, 1 << 20); break;
+        case O_COMPARE:
+            if (strcmp(optarg, "batching") && strcmp(optarg, "prefix-caching"))
+                cli_usage_error(bench_usage, "argument --compare: invalid choice: '%s'", optarg);
+            a->compare = optarg;
+            break;
+        case O_RUNNING: snprintf(a->running, sizeof a->running, "%s", optarg); break;
+        case O_STEPS: a->steps = cli_parse_int("--steps", optarg, 1, 1 << 20); break;
+        default: cli_usage_error(bench_usage, "unrecognized argument: %s", argv[optind - 1]);
+        }
+    }
+    free(opts);
+    if (need_model) {
+        if (optind != argc - 1) cli_usage_error(bench_usage, "expected exactly one MODEL_DIR");
+        a->ea.model_dir = argv[optind];
+    } else if (optind != argc) {
+        cli_usage_error(bench_usage, "unexpected argument: %s", argv[optind]);
+    }
+}
+
+/* ---- decode ------------------------------------------------------------------- */
+
 static double measure_read_bandwidth(size_t n_bytes) {
     size_t n = n_bytes / sizeof(float);
     float *buf = sl_malloc(n * sizeof(float));
@@ -47,86 +111,244 @@ static double measure_read_bandwidth(size_t n_bytes) {
     return best;
 }
 
-int cli_bench(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "decode") != 0)
-        cli_usage_error(bench_usage, "expected a benchmark name: decode");
-    argc--;
-    argv++;
-    enum { O_THREADS = 256, O_IN, O_OUT, O_LOAD, O_DTYPE };
-    static const struct option opts[] = {
-        {"threads", required_argument, 0, O_THREADS}, {"input-len", required_argument, 0, O_IN},
-        {"output-len", required_argument, 0, O_OUT},  {"load-format", required_argument, 0, O_LOAD},
-        {"dtype", required_argument, 0, O_DTYPE},     {0, 0, 0, 0},
-    };
-    char threads_arg[128] = "1,2";
-    long long input_len = 32, output_len = 128;
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true, .progress = true};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case O_THREADS: snprintf(threads_arg, sizeof threads_arg, "%s", optarg); break;
-        case O_IN: input_len = cli_parse_int("--input-len", optarg, 1, 1 << 20); break;
-        case O_OUT: output_len = cli_parse_int("--output-len", optarg, 2, 1 << 20); break;
-        case O_LOAD: {
-            int f = load_format_parse(optarg);
-            if (f < 0) cli_usage_error(bench_usage, "argument --load-format: invalid choice: '%s'", optarg);
-            lo.load_format = (load_format_t)f;
-            break;
-        }
-        case O_DTYPE:
-            if (dtype_parse(optarg, &lo.dtype, &lo.dtype_auto))
-                cli_usage_error(bench_usage, "argument --dtype: invalid choice: '%s'", optarg);
-            break;
-        default: cli_usage_error(bench_usage, "unrecognized argument: %s", argv[optind - 1]);
-        }
+static int32_t *random_prompt(int64_t n, int64_t V, uint64_t *state) {
+    int32_t *p = sl_malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (int32_t)(3 + (*state >> 33) % (uint64_t)(V - 3));
     }
-    if (optind != argc - 1) cli_usage_error(bench_usage, "expected exactly one MODEL_DIR");
-    const char *model_dir = argv[optind];
+    return p;
+}
 
-    sl_err_t err;
-    const sl_ops_t *ops = cpu_backend_init(0);
-    tokenizer_t *tok = tok_load(model_dir, &err);
-    if (!tok) sl_die("%s", err.msg);
-    int32_t max_len = (int32_t)(input_len + output_len + 1), block = 16;
-    llama_model_t model;
-    if (llama_init(&model, model_dir, &lo, ops, (int32_t)input_len, 1, (max_len + block - 1) / block,
-                   &err))
-        sl_die("%s", err.msg);
-    gen_ctx_t g;
-    if (gen_init(&g, &model, tok, max_len, (int32_t)input_len, block, &err)) sl_die("%s", err.msg);
-
-    const model_config_t *cfg = &model.cfg;
-    /* A decode step reads every weight but the embedding table (one row of it). */
+static int bench_decode(bench_args_t *a) {
+    a->ea.engine.sched.max_num_seqs = 1;
+    a->ea.max_model_len = a->input_len + a->output_len + 1;
+    engine_bundle_t eb;
+    engine_bundle_load(&a->ea, &eb);
+    engine_start(eb.engine);
+    const model_config_t *cfg = &eb.model.cfg;
     double embed_bytes = cfg->tie_word_embeddings ? 0.0
-                         : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(model.w.embed.dtype);
-    double step_bytes = (double)model.w.n_bytes - embed_bytes;
-    int32_t *prompt = sl_malloc((size_t)input_len * sizeof(int32_t));
-    for (long long i = 0; i < input_len; i++) prompt[i] = (int32_t)(3 + (i * 7919) % (cfg->vocab_size - 3));
-
-    printf("model: %s (%lld parameters, %.1f MB of weights read per decode step)\n", model_dir,
-           (long long)model.w.n_params, step_bytes / 1e6);
+                         : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(eb.model.w.embed.dtype);
+    double step_bytes = (double)eb.model.w.n_bytes - embed_bytes;
+    uint64_t rs = 1;
+    int32_t *prompt = random_prompt(a->input_len, cfg->vocab_size, &rs);
+    printf("model: %s (%lld parameters, %.1f MB of weights read per decode step)\n", a->ea.model_dir,
+           (long long)eb.model.w.n_params, step_bytes / 1e6);
     printf("%-8s %-12s %-14s %-16s %-10s\n", "threads", "decode tok/s", "weights GB/s",
            "memory read GB/s", "fraction");
     char *save = NULL;
-    for (char *t = strtok_r(threads_arg, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = strtok_r(a->threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int n_threads = (int)cli_parse_int("--threads", t, 1, 4096);
         omp_set_num_threads(n_threads);
         double bw = measure_read_bandwidth((size_t)1 << 30);
-        gen_params_t p = {.max_tokens = (int32_t)output_len, .temperature = 0.0f, .ignore_eos = true};
-        gen_output_t out;
-        if (gen_run(&g, prompt, (int32_t)input_len, &p, NULL, NULL, &out, &err)) sl_die("%s", err.msg);
-        /* The first sampled token comes from the prefill; the rest are decode steps. */
-        double tok_s = (double)(out.n - 1) / out.decode_s;
+        sampling_params_t p;
+        sampling_params_default(&p);
+        p.temperature = 0.0f;
+        p.ignore_eos = true;
+        p.max_tokens = (int32_t)a->output_len;
+        sl_err_t err;
+        engine_stream_t *st = engine_submit(eb.engine, prompt, (int32_t)a->input_len, &p, &err);
+        if (!st) sl_die("%s", err.msg);
+        double t_first = 0, t_last = 0;
+        int32_t n = 0;
+        for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
+            if (!o->n_new) continue;
+            t_last = sl_now_s();
+            if (n++ == 0) t_first = t_last;
+        }
+        engine_stream_release(eb.engine, st);
+        double tok_s = (double)(n - 1) / (t_last - t_first); /* the first token comes from the prefill */
         double gbs = tok_s * step_bytes / 1e9;
         printf("%-8d %-12.1f %-14.2f %-16.2f %-10.2f\n", n_threads, tok_s, gbs, bw, gbs / bw);
         fflush(stdout);
-        gen_output_free(&out);
+        sampling_params_free(&p);
     }
     free(prompt);
-    gen_free(&g);
-    llama_free(&model);
-    tok_free(tok);
+    engine_bundle_free(&eb);
     return 0;
+}
+
+/* ---- throughput ---------------------------------------------------------------- */
+
+typedef struct {
+    double seconds;
+    int64_t prompt_tokens, output_tokens;
+    engine_stats_t stats;
+} tp_result_t;
+
+static tp_result_t run_throughput(engine_args_t ea, int32_t **prompts, const int32_t *in_lens,
+                                  const int32_t *out_lens, int64_t n) {
+    engine_bundle_t eb;
+    engine_bundle_load(&ea, &eb);
+    engine_stream_t **st = sl_malloc((size_t)n * sizeof *st);
+    tp_result_t r = {0};
+    sl_err_t err;
+    double t0 = sl_now_s();
+    for (int64_t i = 0; i < n; i++) {
+        sampling_params_t p;
+        sampling_params_default(&p);
+        p.ignore_eos = true;
+        p.temperature = 1.0f;
+        p.max_tokens = out_lens[i];
+        if (!(st[i] = engine_submit(eb.engine, prompts[i], in_lens[i], &p, &err))) sl_die("%s", err.msg);
+        sampling_params_free(&p);
+        r.prompt_tokens += in_lens[i];
+    }
+    while (engine_step(eb.engine)) {}
+    r.seconds = sl_now_s() - t0;
+    for (int64_t i = 0; i < n; i++) {
+        for (engine_output_t *o; (o = engine_stream_next(st[i])); engine_output_free(o)) r.output_tokens += o->n_new;
+        engine_stream_release(eb.engine, st[i]);
+    }
+    engine_get_stats(eb.engine, &r.stats);
+    free(st);
+    engine_bundle_free(&eb);
+    return r;
+}
+
+static void print_throughput(const char *label, const tp_result_t *r, int64_t n) {
+    printf("%s\n", label);
+    printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n",
+           (double)n / r->seconds, (double)(r->prompt_tokens + r->output_tokens) / r->seconds,
+           (double)r->output_tokens / r->seconds);
+    printf("Total num prompt tokens:  %lld\nTotal num output tokens:  %lld\n", (long long)r->prompt_tokens,
+           (long long)r->output_tokens);
+    printf("Engine steps: %lld, preemptions: %lld, prefix cache hit rate: %.1f%%\n", (long long)r->stats.n_steps,
+           (long long)r->stats.n_preemptions,
+           r->stats.prefix_queries ? 100.0 * (double)r->stats.prefix_hits / (double)r->stats.prefix_queries : 0.0);
+    fflush(stdout);
+}
+
+static int bench_throughput(bench_args_t *a) {
+    model_config_t cfg;
+    sl_err_t err;
+    if (config_load(a->ea.model_dir, &cfg, &err)) sl_die("%s", err.msg);
+    int64_t n = a->num_prompts;
+    int32_t **prompts = sl_malloc((size_t)n * sizeof *prompts);
+    int32_t *in_lens = sl_malloc((size_t)n * sizeof *in_lens), *out_lens = sl_malloc((size_t)n * sizeof *out_lens);
+    uint64_t rs = 42;
+    int32_t *prefix = random_prompt(a->prefix_len ? a->prefix_len : 1, cfg.vocab_size, &rs);
+    for (int64_t i = 0; i < n; i++) {
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        double u1 = (double)(rs >> 11) * 0x1.0p-53;
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        double u2 = (double)(rs >> 11) * 0x1.0p-53;
+        double r = a->range_ratio;
+        int32_t in = (int32_t)((double)a->input_len * (1.0 - r + 2.0 * r * u1));
+        int32_t out = (int32_t)((double)a->output_len * (1.0 - r + 2.0 * r * u2));
+        in_lens[i] = (int32_t)a->prefix_len + (in > 1 ? in : 1);
+        out_lens[i] = out > 1 ? out : 1;
+        int32_t *body = random_prompt(in_lens[i], cfg.vocab_size, &rs);
+        memcpy(body, prefix, (size_t)a->prefix_len * sizeof *body);
+        prompts[i] = body;
+    }
+    int64_t longest = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (in_lens[i] + out_lens[i] > longest) longest = in_lens[i] + out_lens[i];
+    if (a->ea.max_model_len == 0 && longest + 1 > cfg.max_position_embeddings)
+        sl_die("prompts of up to %lld tokens do not fit max_position_embeddings (%lld)", (long long)longest,
+               (long long)cfg.max_position_embeddings);
+    printf("%lld prompts: input %lld tokens (range ratio %.2f, shared prefix %lld), output %lld tokens\n",
+           (long long)n, a->input_len, a->range_ratio, a->prefix_len, a->output_len);
+
+    if (!a->compare) {
+        tp_result_t r = run_throughput(a->ea, prompts, in_lens, out_lens, n);
+        print_throughput(a->ea.engine.sched.static_batching ? "static batching" : "continuous batching", &r, n);
+    } else {
+        engine_args_t x = a->ea, y = a->ea;
+        const char *lx, *ly;
+        if (!strcmp(a->compare, "batching")) {
+            x.engine.sched.static_batching = false, lx = "continuous batching";
+            y.engine.sched.static_batching = true, ly = "static batching";
+        } else {
+            x.engine.enable_prefix_caching = true, lx = "prefix caching on";
+            y.engine.enable_prefix_caching = false, ly = "prefix caching off";
+        }
+        tp_result_t rx = run_throughput(x, prompts, in_lens, out_lens, n);
+        print_throughput(lx, &rx, n);
+        tp_result_t ry = run_throughput(y, prompts, in_lens, out_lens, n);
+        print_throughput(ly, &ry, n);
+        printf("%s / %s: %.2fx output tokens/s, %.2fx total tokens/s\n", lx, ly,
+               ((double)rx.output_tokens / rx.seconds) / ((double)ry.output_tokens / ry.seconds),
+               ((double)(rx.prompt_tokens + rx.output_tokens) / rx.seconds) /
+                   ((double)(ry.prompt_tokens + ry.output_tokens) / ry.seconds));
+    }
+    for (int64_t i = 0; i < n; i++) free(prompts[i]);
+    free(prompts), free(in_lens), free(out_lens), free(prefix);
+    return 0;
+}
+
+/* ---- scheduler ------------------------------------------------------------------ */
+
+static int bench_scheduler(bench_args_t *a) {
+    printf("%-10s %-16s %-16s\n", "running", "us per step", "us per request");
+    char *save = NULL;
+    for (char *t = strtok_r(a->running, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int32_t n = (int32_t)cli_parse_int("--running", t, 1, 1 << 20), B = 16, prompt = 100;
+        int32_t steps = (int32_t)a->steps, max_len = prompt + steps + 1;
+        int32_t blocks = n * ((max_len + B - 1) / B) + 1;
+        kv_pool_t pool;
+        kv_pool_init(&pool, blocks, B, true);
+        scheduler_t s;
+        sched_config_t sc = {.max_num_batched_tokens = n * prompt, .max_num_seqs = n, .max_model_len = max_len,
+                             .enable_chunked_prefill = true};
+        sched_init(&s, &sc, &pool);
+        sl_batch_t batch;
+        batch_init(&batch, sc.max_num_batched_tokens, n, (max_len + B - 1) / B);
+        request_t *reqs = sl_calloc((size_t)n, sizeof *reqs);
+        uint64_t rs = 7;
+        for (int32_t i = 0; i < n; i++) {
+            reqs[i].tokens = random_prompt(prompt, 30000, &rs);
+            reqs[i].cap = reqs[i].n_prompt = reqs[i].n_tokens = prompt;
+            sched_add(&s, &reqs[i]);
+        }
+        double total = 0;
+        for (int32_t k = 0; k < steps + 1; k++) {
+            double t0 = sl_now_s();
+            const sched_output_t *so = sched_step(&s, t0);
+            runner_prepare(&batch, so, B);
+            double dt = sl_now_s() - t0;
+            if (k > 0) total += dt; /* step 0 is the prefill admission */
+            for (int32_t i = 0; i < so->n; i++) { /* what the model + sampler would do */
+                so->reqs[i]->n_computed += so->n_new[i];
+                request_append(so->reqs[i], 5);
+            }
+        }
+        printf("%-10d %-16.1f %-16.3f\n", n, total / steps * 1e6, total / steps * 1e6 / n);
+        for (int32_t i = 0; i < n; i++) {
+            free(reqs[i].tokens);
+            kv_seq_blocks_free(&reqs[i].blocks);
+        }
+        free(reqs);
+        batch_free(&batch);
+        sched_free(&s);
+        kv_pool_free(&pool);
+    }
+    return 0;
+}
+
+int cli_bench(int argc, char **argv) {
+    if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput or scheduler");
+    bench_args_t a = {.input_len = 0, .output_len = 0, .num_prompts = 64, .steps = 200};
+    engine_args_default(&a.ea);
+    snprintf(a.threads, sizeof a.threads, "1,2");
+    snprintf(a.running, sizeof a.running, "256,1024");
+    const char *what = argv[1];
+    sl_log_to_stderr();
+    if (!strcmp(what, "decode")) {
+        a.input_len = 32, a.output_len = 128;
+        parse(argc - 1, argv + 1, &a, true);
+        return bench_decode(&a);
+    }
+    if (!strcmp(what, "throughput")) {
+        a.input_len = 128, a.output_len = 128;
+        parse(argc - 1, argv + 1, &a, true);
+        return bench_throughput(&a);
+    }
+    if (!strcmp(what, "scheduler")) {
+        parse(argc - 1, argv + 1, &a, false);
+        return bench_scheduler(&a);
+    }
+    cli_usage_error(bench_usage, "argument benchmark: invalid choice: '%s' (choose from 'decode', "
+                    "'throughput', 'scheduler')", what);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "servelab/runner.h"
 
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
     pthread_mutex_lock(&st->mu);
@@ -77,30 +78,6 @@ static void take_submissions(engine_t *e, double now) {
         engine_stream_unref(st); /* the abort list's reference */
     }
     free(aborts);
-}
-
-static void build_batch(engine_t *e, const sched_output_t *so) {
-    sl_batch_t *b = &e->batch;
-    int32_t B = e->cfg.block_size;
-    b->n_tokens = b->n_seqs = b->n_logits = 0;
-    for (int32_t s = 0; s < so->n; s++) {
-        const request_t *r = so->reqs[s];
-        int32_t t0 = b->n_tokens, start = r->n_computed, n = so->n_new[s];
-        for (int32_t i = 0; i < n; i++) {
-            int32_t pos = start + i;
-            b->token_ids[t0 + i] = r->tokens[pos];
-            b->positions[t0 + i] = pos;
-            b->slot_mapping[t0 + i] = (int64_t)r->blocks.ids[pos / B] * B + pos % B;
-        }
-        b->n_tokens += n;
-        b->query_start[s] = t0;
-        b->query_start[s + 1] = b->n_tokens;
-        b->seq_lens[s] = start + n;
-        int32_t *row = b->block_tables + (size_t)s * (size_t)b->max_blocks;
-        memcpy(row, r->blocks.ids, (size_t)r->blocks.n * sizeof *row);
-        if (start + n == r->n_tokens) b->logits_index[b->n_logits++] = b->n_tokens - 1;
-    }
-    b->n_seqs = so->n;
 }
 
 static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
@@ -198,7 +175,7 @@ bool engine_step(engine_t *e) {
             engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
         return true;
     }
-    build_batch(e, so);
+    runner_prepare(&e->batch, so, e->cfg.block_size);
     llama_forward(e->model, &e->batch, &e->kv, e->logits);
     double done = sl_now_s();
 
