@@ -51,7 +51,8 @@ typedef struct {
  * off, max_tokens 16, logprobs -1, skip_special_tokens true. */
 void sampling_params_default(sampling_params_t *p);
 /* Checks ranges as vLLM does; -1 with vLLM's message in `err` (a 400). `V`
- * is the vocabulary size (for logit_bias / stop_token_ids ids). */
+ * is the vocabulary size (for logit_bias / stop_token_ids ids). Ours on top:
+ * stop strings must be valid UTF-8 (they are matched byte by byte). */
 int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *err);
 /* Deep copy / free of the owned arrays. */
 void sampling_params_copy(sampling_params_t *dst, const sampling_params_t *src);
@@ -59,20 +60,22 @@ void sampling_params_free(sampling_params_t *p);
 
 typedef struct {
     int32_t token;
+    /* The rest only with logprobs >= 0 (else zero). */
     float logprob;                  /* raw logprob of `token` */
-    int32_t rank;                   /* 1-based rank of `token` among raw logits */
-    int32_t n_top;
+    int32_t rank;                   /* 1 + number of raw logits > token's (vLLM counts ties too) */
+    int32_t n_top;                  /* min(logprobs, 20); best first, lower id first on ties */
     int32_t top_ids[SAMPLING_MAX_LOGPROBS];
     float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } sample_result_t;
 
-/* Scratch reused across calls so the hot path does not allocate. */
+/* Scratch reused across calls so the hot path does not allocate. One per
+ * thread that samples; `counts` and `in_prompt` are all zero between calls. */
 typedef struct {
     int64_t V;
     float *work;                    /* (V) */
     int32_t *idx;                   /* (V) */
     uint32_t *counts;               /* (V) output-token counts */
-    uint8_t *in_prompt;             /* (V) */
+    uint8_t *in_prompt;             /* (V) history marks */
 } sampler_scratch_t;
 
 void sampler_scratch_init(sampler_scratch_t *s, int64_t V);
@@ -80,8 +83,14 @@ void sampler_scratch_free(sampler_scratch_t *s);
 
 /* Chooses the next token of one sequence. `logits` (V) is not modified.
  * `prompt`/`output` are the sequence's token history; `eos_ids` the
- * checkpoint's EOS ids (masked while output has fewer than min_tokens).
- * Cost is O(V) plus O(len(prompt) + len(output)) for penalties. */
+ * checkpoint's EOS ids (masked while output has fewer than min_tokens, even
+ * with ignore_eos, as in vLLM). As in vLLM, a temperature below 1e-5 is
+ * greedy and one in (0, 0.01) counts as 0.01. top_p keeps the smallest set,
+ * best first (lower id first on ties), whose probability reaches top_p; the
+ * draw is one rng_uniform() (none when greedy), inverse CDF in id order.
+ * Cost is O(V) plus O(len(prompt) + len(output)) for penalties; top_k and
+ * top_p add an expected O(V) selection, never a sort of the vocabulary.
+ * p must have passed sampling_params_validate; scratch->V >= V. */
 void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
                  const int32_t *prompt, int32_t n_prompt, const int32_t *output, int32_t n_output,
                  const int32_t *eos_ids, int n_eos, sl_rng_t *rng, sampler_scratch_t *scratch,

@@ -6,6 +6,7 @@
  * freed when both sides have let go of it (a reference count of two).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,11 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
     sched_init(&e->sched, sc, &e->pool);
     batch_init(&e->batch, sc->max_num_batched_tokens, sc->max_num_seqs, max_blocks);
     e->logits = sl_malloc((size_t)sc->max_num_seqs * (size_t)model->cfg.vocab_size * sizeof(float));
-    sampler_scratch_init(&e->scratch, model->cfg.vocab_size);
+    e->n_scratch = omp_get_max_threads();
+    e->scratch = sl_calloc((size_t)e->n_scratch, sizeof *e->scratch);
+    for (int i = 0; i < e->n_scratch; i++) sampler_scratch_init(&e->scratch[i], model->cfg.vocab_size);
+    e->sampled = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->sampled);
+    e->results = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->results);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->stats.n_blocks = (int32_t)n_blocks;
@@ -158,7 +163,10 @@ void engine_free(engine_t *e) {
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
     free(e->aborts);
-    sampler_scratch_free(&e->scratch);
+    for (int i = 0; i < e->n_scratch; i++) sampler_scratch_free(&e->scratch[i]);
+    free(e->scratch);
+    free(e->sampled);
+    free(e->results);
     free(e->logits);
     batch_free(&e->batch);
     sched_free(&e->sched);
@@ -262,6 +270,7 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
         rng_seed(&r->rng, params->has_seed ? params->seed + (uint64_t)i : base_seed + (uint64_t)i);
         detok_init(&r->detok, e->tok, params->skip_special_tokens, r->params.stop, r->params.n_stop,
                    params->include_stop_str_in_output);
+        detok_set_min_tokens(&r->detok, params->min_tokens);
         r->stop_index = r->stop_token = -1;
         r->t_arrival = now;
         r->stream = st;

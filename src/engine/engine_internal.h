@@ -27,7 +27,10 @@ struct engine {
     scheduler_t sched;
     sl_batch_t batch;
     float *logits;                  /* (max_num_seqs, V) */
-    sampler_scratch_t scratch;
+    sampler_scratch_t *scratch;     /* (n_scratch) one per OpenMP thread */
+    int n_scratch;
+    request_t **sampled;            /* (max_num_seqs) sequences sampled this step */
+    sample_result_t *results;       /* (max_num_seqs) */
     int64_t max_request_tokens;     /* tokens one request may hold in the pool */
     uint64_t seed, n_submitted;
 

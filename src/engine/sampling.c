@@ -6,8 +6,9 @@
  * the request's own generator. Not here: batching, allowed_token_ids,
  * bad_words, structured output, beam search. Why this way: a row at a time
  * keeps a request's tokens independent of its batch; the common case (top_k
- * and top_p off) is a few O(V) passes without allocation, and top_k / top_p
- * select by quickselect instead of sorting the vocabulary.
+ * and top_p off) is a few O(V) passes without allocation; top_k is one heap
+ * pass and top_p a quickselect over the few tokens that can matter, never a
+ * sort of the vocabulary.
  */
 #include "servelab/sampling.h"
 
@@ -314,55 +315,78 @@ static int64_t partition(int32_t *idx, int64_t lo, int64_t hi, const float *w) {
     return store;
 }
 
-/* Quickselect: afterwards idx[0, k) are the k best of idx[0, m) (0 < k < m),
- * in no particular order. Expected O(m). */
-static void select_best(int32_t *idx, int64_t m, int64_t k, const float *w) {
-    int64_t lo = 0, hi = m;
-    while (lo < k) { /* invariant: idx[0, lo) rank before idx[lo, m); k < hi */
-        int64_t q = partition(idx, lo, hi, w);
-        if (q == k) return;
-        if (q < k)
-            lo = q + 1;
-        else
-            hi = q;
+/* The k-th largest value of w[0, V) (1 <= k <= V), with a min-heap of the k
+ * best ids in heap[0, k). Most values lose one comparison against the heap's
+ * minimum, kept in a register, so it is one streaming pass: expected
+ * O(V + k log k log(V/k)), no sort, no second array of V. */
+static float kth_largest(const float *w, int64_t V, int64_t k, int32_t *heap) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < V && n < k; i++) { /* the first k, sifted up */
+        int64_t c = n++;
+        while (c > 0 && w[heap[(c - 1) / 2]] > w[i]) heap[c] = heap[(c - 1) / 2], c = (c - 1) / 2;
+        heap[c] = (int32_t)i;
     }
+    float top = w[heap[0]];
+    for (int64_t i = k; i < V; i++) {
+        if (!(w[i] > top)) continue;
+        int64_t c = 0; /* replace the minimum, sift down */
+        for (;;) {
+            int64_t l = 2 * c + 1, r = l + 1, m = c;
+            float v = w[i];
+            if (l < k && w[heap[l]] < v) m = l, v = w[heap[l]];
+            if (r < k && w[heap[r]] < v) m = r;
+            if (m == c) break;
+            heap[c] = heap[m];
+            c = m;
+        }
+        heap[c] = (int32_t)i;
+        top = w[heap[0]];
+    }
+    return top;
 }
 
-/* top_p on candidates idx[0, m): returns c such that, in rank order, the
- * first c candidates are the smallest set whose probability reaches top_p of
- * the candidates' total (vLLM: drop the tail whose cumulative probability is
- * <= 1 - top_p; the best token always stays). Partitions idx so that those c
- * come first. Masses are exp(logit - mx) in double; quickselect on the
- * cumulative mass, expected O(m). */
-static int64_t top_p_cut(int32_t *idx, int64_t m, const float *w, float mx, double top_p) {
-    double total = 0.0;
-    for (int64_t j = 0; j < m; j++) total += exp((double)w[idx[j]] - mx);
-    double target = top_p * total, acc = 0.0; /* acc: mass of idx[0, lo), all kept, < target */
-    int64_t lo = 0, hi = m;                   /* the cut lies in (lo, hi] */
+/* top_p on candidates idx[0, m) with weights w > 0 (exp(logit - max)):
+ * returns c such that, in rank order, the first c candidates are the
+ * smallest set whose weight reaches `target` (top_p of the total: vLLM drops
+ * the tail whose cumulative probability is <= 1 - top_p; the best token
+ * always stays), and partitions idx so that those c come first. Quickselect
+ * on the cumulative weight, expected O(m); the sums are in double. */
+static int64_t top_p_cut(int32_t *idx, int64_t m, const float *w, double target) {
+    double acc = 0.0;         /* weight of idx[0, lo), all kept, < target */
+    int64_t lo = 0, hi = m;   /* the cut lies in (lo, hi] */
     while (lo < hi) {
         int64_t q = partition(idx, lo, hi, w);
-        double before = 0.0; /* mass of idx[lo, q): what ranks before the pivot */
-        for (int64_t j = lo; j < q; j++) before += exp((double)w[idx[j]] - mx);
-        double pivot = exp((double)w[idx[q]] - mx);
+        double before = 0.0; /* weight of idx[lo, q): what ranks before the pivot */
+        for (int64_t j = lo; j < q; j++) before += w[idx[j]];
         if (acc + before >= target)
             hi = q; /* reached without the pivot: the cut is before it */
-        else if (acc + before + pivot >= target)
+        else if (acc + before + w[idx[q]] >= target)
             return q + 1;
         else
-            acc += before + pivot, lo = q + 1;
+            acc += before + w[idx[q]], lo = q + 1;
     }
     return hi; /* only by rounding: acc summed in another order fell short */
 }
 
 /* ---- the draw --------------------------------------------------------------- */
 
+/* argmax, first index on ties (sampler_greedy's rule), with the running
+ * maximum kept in a register: this is on the hot path of every request. */
+static int64_t argmax(const float *w, int64_t V) {
+    int64_t best = 0;
+    float bv = w[0];
+    for (int64_t i = 1; i < V; i++)
+        if (w[i] > bv) bv = w[i], best = i;
+    return best;
+}
+
 static int32_t sample_random(const sampling_params_t *p, float T, float *w, int64_t V, sl_rng_t *rng,
                              sampler_scratch_t *s) {
     if (T != 1.0f)
         for (int64_t i = 0; i < V; i++) w[i] /= T; /* float32 division, as vLLM's logits.div_ */
-    int32_t best = sampler_greedy(w, V);
+    int64_t best = argmax(w, V);
     float mx = w[best];
-    if (!(mx > -INFINITY)) return best; /* nothing can be drawn: every token masked */
+    if (!(mx > -INFINITY)) return (int32_t)best; /* nothing can be drawn: every token masked */
 
     if (p->min_p > 0.0f) {
         /* p_i >= min_p * p_max  <=>  logit_i - max >= log(min_p). */
@@ -370,37 +394,42 @@ static int32_t sample_random(const sampling_params_t *p, float T, float *w, int6
         for (int64_t i = 0; i < V; i++)
             if ((double)w[i] - mx < log_min_p) w[i] = -INFINITY;
     }
+    /* vLLM keeps every token >= the k-th value: ties at the boundary stay.
+     * (A k-th value of -inf, fewer than k tokens left, keeps them all.) */
+    float kth = p->top_k > 0 && p->top_k < V ? kth_largest(w, V, p->top_k, s->idx) : -INFINITY;
 
-    int64_t k = p->top_k > 0 && p->top_k < V ? p->top_k : 0;
-    if (k > 0 || p->top_p < 1.0f) {
+    /* From here w holds weights exp(logit - max) in float32 as vLLM's softmax
+     * (0: not drawable); sums are in double. */
+    double total = 0.0;
+    for (int64_t i = 0; i < V; i++) {
+        w[i] = w[i] >= kth && w[i] > -INFINITY ? expf(w[i] - mx) : 0.0f;
+        total += w[i];
+    }
+    if (p->top_p < 1.0f) {
+        /* The V tokens of weight <= low weigh at most (1 - top_p) * total
+         * together, so the others reach top_p: the cut is among them, which
+         * are few for a peaked distribution. */
+        float low = (float)((1.0 - p->top_p) * total / (double)V);
         int32_t *idx = s->idx;
         int64_t m = 0;
-        for (int64_t i = 0; i < V; i++)
-            if (w[i] > -INFINITY) idx[m++] = (int32_t)i;
-        int64_t keep = m;
-        if (k > 0 && k < m) {
-            select_best(idx, m, k, w);
-            float kth = w[idx[0]];
-            for (int64_t j = 1; j < k; j++)
-                if (w[idx[j]] < kth) kth = w[idx[j]];
-            /* vLLM keeps every token >= the k-th value: ties at the boundary stay. */
-            keep = k;
-            for (int64_t j = k; j < m; j++)
-                if (w[idx[j]] == kth) swap_i32(&idx[keep++], &idx[j]);
+        for (int64_t i = 0; i < V; i++) {
+            if (w[i] > low)
+                idx[m++] = (int32_t)i;
+            else
+                w[i] = 0.0f;
         }
-        if (p->top_p < 1.0f && keep > 1) keep = top_p_cut(idx, keep, w, mx, (double)p->top_p);
-        for (int64_t j = keep; j < m; j++) w[idx[j]] = -INFINITY;
+        for (int64_t j = top_p_cut(idx, m, w, (double)p->top_p * total); j < m; j++) w[idx[j]] = 0.0f;
+        total = 0.0;
+        for (int64_t i = 0; i < V; i++) total += w[i];
     }
 
-    /* Inverse CDF over the kept tokens in id order, in double. */
-    double total = 0.0;
-    for (int64_t i = 0; i < V; i++)
-        if (w[i] > -INFINITY) total += exp((double)w[i] - mx);
+    /* Inverse CDF over the kept tokens in id order, both passes summing the
+     * same floats in the same order, so the draw lands on a kept token. */
     double u = rng_uniform(rng) * total, run = 0.0;
     int64_t last = best;
     for (int64_t i = 0; i < V; i++) {
-        if (!(w[i] > -INFINITY)) continue;
-        run += exp((double)w[i] - mx);
+        if (w[i] == 0.0f) continue;
+        run += w[i];
         last = i;
         if (u < run) return (int32_t)i;
     }
@@ -412,8 +441,9 @@ static int32_t sample_random(const sampling_params_t *p, float T, float *w, int6
 /* vLLM's raw logprobs: log_softmax of the model's logits, the chosen token's
  * value and rank, and the n_top best (logit descending, lower id first). */
 static void raw_logprobs(const float *logits, int64_t V, int32_t token, int n_top, sample_result_t *out) {
-    double mx = logits[sampler_greedy(logits, V)], sum = 0.0;
-    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    float mx = logits[argmax(logits, V)];
+    double sum = 0.0; /* float32 terms as vLLM's log_softmax, summed in double */
+    for (int64_t i = 0; i < V; i++) sum += expf(logits[i] - mx);
     double lse = mx + log(sum);
     float lt = logits[token];
     int32_t rank = 1;
@@ -461,7 +491,7 @@ void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
 
     float T = p->temperature;
     if (T > 0.0f && T < SAMPLING_MIN_TEMPERATURE) T = SAMPLING_MIN_TEMPERATURE;
-    out->token = T < SAMPLING_GREEDY_EPS ? sampler_greedy(w, V) : sample_random(p, T, w, V, rng, scratch);
+    out->token = T < SAMPLING_GREEDY_EPS ? (int32_t)argmax(w, V) : sample_random(p, T, w, V, rng, scratch);
 
     if (p->logprobs >= 0) {
         int n_top = p->logprobs < SAMPLING_MAX_LOGPROBS ? p->logprobs : SAMPLING_MAX_LOGPROBS;

@@ -98,8 +98,11 @@ int sampling_params_from_json(const cJSON *obj, sampling_params_t *p, sl_err_t *
             if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
                 return sl_fail(err, "logit_bias: value for %ld is not a number", id);
             double b = it->valuedouble < -100 ? -100 : it->valuedouble > 100 ? 100 : it->valuedouble;
-            p->logit_bias_ids[p->n_logit_bias] = (int32_t)id;
-            p->logit_bias_values[p->n_logit_bias++] = (float)b;
+            int32_t k = 0; /* a repeated key keeps its last value, as a Python dict does */
+            while (k < p->n_logit_bias && p->logit_bias_ids[k] != (int32_t)id) k++;
+            if (k == p->n_logit_bias) p->n_logit_bias++;
+            p->logit_bias_ids[k] = (int32_t)id;
+            p->logit_bias_values[k] = (float)b;
         }
     }
 

@@ -9,6 +9,7 @@
  * step. A request whose prompt is complete after this step gets one row of
  * logits; a partial prefill chunk gets none.
  */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,7 +111,6 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     }
     size_t from = r->detok.emitted, to = r->detok.emitted;
     if (!stop_token || p->include_stop_str_in_output) {
-        r->detok.n_stop = n_out > p->min_tokens ? p->n_stop : 0;
         int k = detok_push(&r->detok, res->token, &from, &to);
         if (k >= 0) {
             fin = FINISH_STOP;
@@ -180,22 +180,31 @@ bool engine_step(engine_t *e) {
     double done = sl_now_s();
 
     int64_t V = e->model->cfg.vocab_size, n_gen = 0, n_prompt_done = 0;
-    int32_t row = 0;
-    /* Finishing a request edits the scheduler's queues, never `so`. */
+    /* Sample every sequence whose known tokens are all computed now (a
+     * partial prefill chunk gets no token). Sampling depends only on the
+     * sequence's own logits, history and generator, so it runs in parallel;
+     * the updates that touch engine state stay serial, in batch order. */
+    int32_t n_rows = 0;
     for (int32_t s = 0; s < so->n; s++) {
         request_t *r = so->reqs[s];
         r->n_computed += so->n_new[s];
-        if (r->n_computed < r->n_tokens) continue; /* a partial prefill chunk */
+        if (r->n_computed == r->n_tokens) e->sampled[n_rows++] = r;
+    }
+    SL_ASSERT(n_rows == e->batch.n_logits);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int32_t i = 0; i < n_rows; i++) {
+        request_t *r = e->sampled[i];
+        sampler_run(&r->params, e->logits + (size_t)i * (size_t)V, V, r->tokens, r->n_prompt,
+                    r->tokens + r->n_prompt, request_n_output(r), e->model->cfg.eos_token_ids,
+                    e->model->cfg.n_eos_token_ids, &r->rng, &e->scratch[omp_get_thread_num()],
+                    &e->results[i]);
+    }
+    for (int32_t i = 0; i < n_rows; i++) {
+        request_t *r = e->sampled[i];
         if (request_n_output(r) == 0) n_prompt_done += r->n_prompt; /* counted once, as vLLM */
-        sample_result_t res;
-        const float *lg = e->logits + (size_t)row++ * (size_t)V;
-        sampler_run(&r->params, lg, V, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
-                    request_n_output(r), e->model->cfg.eos_token_ids, e->model->cfg.n_eos_token_ids,
-                    &r->rng, &e->scratch, &res);
-        update_with_token(e, r, &res, done);
+        update_with_token(e, r, &e->results[i], done);
         n_gen++;
     }
-    SL_ASSERT(row == e->batch.n_logits);
 
     publish_stats(e, 1, n_prompt_done, n_gen);
     return true;
