@@ -46,6 +46,9 @@ struct sl_ops {
     void (*upload)(void *ctx, void *dst, const void *src, size_t n_bytes);
     void (*download)(void *ctx, void *dst, const void *src, size_t n_bytes);
     void (*sync)(void *ctx);
+    /* Prepares the calling thread to run ops (the engine thread calls it once;
+     * CPU: applies the thread count, which OpenMP keeps per calling thread). */
+    void (*thread_init)(void *ctx);
 
     /* out(T, hidden) = table[ids[t]] */
     void (*embed)(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T);

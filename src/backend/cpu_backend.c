@@ -2,7 +2,8 @@
  *
  * "Device" memory is ordinary 64-byte aligned host memory, so upload and
  * download are copies and weights mapped from a checkpoint are used in place.
- * Threads: OpenMP, `n_threads` set once here (OMP_NUM_THREADS otherwise).
+ * Threads: OpenMP, `n_threads` applied here and on every thread that calls
+ * thread_init (OMP_NUM_THREADS otherwise).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
@@ -25,6 +26,12 @@ static void cpu_copy(void *ctx, void *dst, const void *src, size_t n) {
     if (dst != src) memcpy(dst, src, n);
 }
 static void cpu_sync(void *ctx) { (void)ctx; }
+
+static int cpu_n_threads; /* 0 = OpenMP's default */
+static void cpu_thread_init(void *ctx) {
+    (void)ctx;
+    if (cpu_n_threads > 0) omp_set_num_threads(cpu_n_threads);
+}
 
 static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids,
                      int64_t T) {
@@ -86,6 +93,7 @@ static const sl_ops_t cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .sync = cpu_sync,
+    .thread_init = cpu_thread_init,
     .embed = op_embed,
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
@@ -99,6 +107,7 @@ static const sl_ops_t cpu_ops = {
 };
 
 const sl_ops_t *cpu_backend_init(int n_threads) {
-    if (n_threads > 0) omp_set_num_threads(n_threads);
+    cpu_n_threads = n_threads;
+    cpu_thread_init(NULL);
     return &cpu_ops;
 }

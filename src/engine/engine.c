@@ -183,6 +183,7 @@ static bool has_work_locked(engine_t *e) {
 
 static void *engine_main(void *arg) {
     engine_t *e = arg;
+    if (e->model->ops->thread_init) e->model->ops->thread_init(e->model->ops->ctx);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !has_work_locked(e)) pthread_cond_wait(&e->cv, &e->mu);
