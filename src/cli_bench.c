@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,7 @@ static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
 
 /* ---- decode ------------------------------------------------------------------- */
 
-static double measure_read_bandwidth(size_t n_bytes) {
+static double measure_read_bandwidth_here(size_t n_bytes) {
     size_t n = n_bytes / sizeof(float);
     float *buf = sl_malloc(n * sizeof(float));
 #pragma omp parallel for schedule(static)
@@ -109,6 +110,30 @@ static double measure_read_bandwidth(size_t n_bytes) {
     (void)sink;
     free(buf);
     return best;
+}
+
+typedef struct {
+    size_t n_bytes;
+    int n_threads;
+    double gbs;
+} bw_job_t;
+
+static void *bw_thread(void *arg) {
+    bw_job_t *j = arg;
+    omp_set_num_threads(j->n_threads);
+    j->gbs = measure_read_bandwidth_here(j->n_bytes);
+    return NULL;
+}
+
+/* Measured on a short-lived thread: its OpenMP pool ends with it. A pool
+ * left idle on this thread would make libgomp count more threads than
+ * cores and put the engine's workers to sleep between every op. */
+static double measure_read_bandwidth(size_t n_bytes, int n_threads) {
+    bw_job_t j = {.n_bytes = n_bytes, .n_threads = n_threads};
+    pthread_t t;
+    if (pthread_create(&t, NULL, bw_thread, &j) != 0) sl_die("cannot start a thread");
+    pthread_join(t, NULL);
+    return j.gbs;
 }
 
 static int32_t *random_prompt(int64_t n, int64_t V, uint64_t *state) {
@@ -138,7 +163,7 @@ static int bench_decode(bench_args_t *a) {
         double step_bytes = (double)eb.model.w.n_bytes - embed_bytes;
         uint64_t rs = 1;
         int32_t *prompt = random_prompt(a->input_len, cfg->vocab_size, &rs);
-        double bw = measure_read_bandwidth((size_t)1 << 30); /* this thread has the same count */
+        double bw = measure_read_bandwidth((size_t)1 << 30, a->ea.threads);
         sampling_params_t p;
         sampling_params_default(&p);
         p.temperature = 0.0f;

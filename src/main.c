@@ -1,7 +1,8 @@
 /* main.c - the servelab command line: dispatches to subcommands.
  *
  *   servelab generate MODEL_DIR --prompt TEXT ...   offline generation
- *   servelab bench decode MODEL_DIR ...             decode speed vs memory bandwidth
+ *   servelab bench decode|throughput|scheduler ...  benchmarks (print figures)
+ *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
  *
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
  * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
@@ -17,11 +18,14 @@
 #define SERVELAB_VERSION "0.1.0"
 
 static const char *usage =
-    "usage: servelab {generate,bench} ...\n"
-    "  generate MODEL_DIR --prompt TEXT [--prompt TEXT ...] [--max-tokens N] [--temperature T]\n"
-    "           [--seed S] [--ignore-eos] [--json]\n"
-    "  bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N]\n"
-    "  --version\n";
+    "usage: servelab {generate,bench,render} ...\n"
+    "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
+    "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
+    "  bench decode|throughput MODEL_DIR [...] | bench scheduler [...]\n"
+    "  render MODEL_DIR --messages JSON [--chat-template PATH_OR_INLINE] [--no-generation-prompt]\n"
+    "         [--json]\n"
+    "  --version\n"
+    "Run `servelab COMMAND --help` for a command's flags.\n";
 
 void cli_usage_error(const char *u, const char *fmt, ...) {
     char buf[1024];
@@ -64,6 +68,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);
-    cli_usage_error(usage, "argument command: invalid choice: '%s' (choose from 'generate', 'bench')",
+    if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);
+    cli_usage_error(usage,
+                    "argument command: invalid choice: '%s' (choose from 'generate', 'bench', 'render')",
                     argv[1]);
 }

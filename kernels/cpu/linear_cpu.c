@@ -4,8 +4,8 @@
  * of the weight matrix once per tile of tokens. At T == 1 (decode) the op is
  * a GEMV bound by memory bandwidth: BF16 weights are widened inside the dot
  * product, never copied. For T > 1 a weight row is widened once into a
- * thread-local buffer and reused for a tile of tokens. Dot products use 16
- * independent fp32 partial sums (an `omp simd` reduction), and the hot
+ * thread-local buffer and reused for a tile of tokens, four tokens per pass.
+ * Dot products are `omp simd` reductions (vector partial sums), and the hot
  * functions are cloned for AVX2 with a plain x86-64 fallback picked at
  * load time, so one binary runs everywhere.
  */
@@ -29,6 +29,24 @@ static float dot_f32(const float *restrict w, const float *restrict x, int64_t K
 #pragma omp simd reduction(+ : acc) simdlen(16)
     for (int64_t k = 0; k < K; k++) acc += w[k] * x[k];
     return acc;
+}
+
+/* Four tokens against one weight row: each weight load feeds four FMAs and
+ * the four sums are independent chains, which is what makes batched steps
+ * (prefill, many decodes) compute-bound instead of load-bound. */
+HOT_CLONES
+static void dot4_f32(const float *restrict w, const float *restrict x, int64_t K, float *out) {
+    const float *restrict x0 = x, *restrict x1 = x + K, *restrict x2 = x + 2 * K, *restrict x3 = x + 3 * K;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma omp simd reduction(+ : a0, a1, a2, a3) simdlen(8)
+    for (int64_t k = 0; k < K; k++) {
+        float wk = w[k];
+        a0 += wk * x0[k];
+        a1 += wk * x1[k];
+        a2 += wk * x2[k];
+        a3 += wk * x3[k];
+    }
+    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
 }
 
 HOT_CLONES
@@ -61,7 +79,13 @@ static void linear_rows(float *restrict out, const float *restrict in, const voi
             cpu_to_f32(row, wr, dt, K);
             wf = row;
         }
-        for (int64_t t = t0; t < t1; t++) out[t * N + n] = dot_f32(wf, in + t * K, K);
+        int64_t t = t0;
+        for (; t + 4 <= t1; t += 4) {
+            float r[4];
+            dot4_f32(wf, in + t * K, K, r);
+            for (int i = 0; i < 4; i++) out[(t + i) * N + n] = r[i];
+        }
+        for (; t < t1; t++) out[t * N + n] = dot_f32(wf, in + t * K, K);
     }
 }
 
