@@ -17,7 +17,7 @@ if ((${#missing[@]})); then
 fi
 
 # Python packages: module name -> pip requirement.
-declare -A py_pkgs=([numpy]="numpy>=1.24")
+declare -A py_pkgs=([numpy]="numpy>=1.24" [openai]="openai>=1.40")
 py_missing=()
 for mod in "${!py_pkgs[@]}"; do
     python3 -c "import $mod" 2>/dev/null || py_missing+=("${py_pkgs[$mod]}")

@@ -6,6 +6,7 @@
 int cli_generate(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_render(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 
 /* Parses a non-negative integer option value; exits 2 with a message if bad. */
 long long cli_parse_int(const char *flag, const char *value, long long min, long long max);

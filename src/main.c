@@ -1,5 +1,6 @@
 /* main.c - the servelab command line: dispatches to subcommands.
  *
+ *   servelab serve MODEL_DIR ...                    the OpenAI-compatible server
  *   servelab generate MODEL_DIR --prompt TEXT ...   offline generation
  *   servelab bench decode|throughput|scheduler ...  benchmarks (print figures)
  *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
@@ -18,7 +19,8 @@
 #define SERVELAB_VERSION "0.1.0"
 
 static const char *usage =
-    "usage: servelab {generate,bench,render} ...\n"
+    "usage: servelab {serve,generate,bench,render} ...\n"
+    "  serve MODEL_DIR [--host H] [--port 8000] [--api-key KEY] [engine flags]   (--help for all)\n"
     "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
     "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
     "  bench decode|throughput MODEL_DIR [...] | bench scheduler [...]\n"
@@ -69,6 +71,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return cli_serve(argc - 1, argv + 1);
     cli_usage_error(usage,
                     "argument command: invalid choice: '%s' (choose from 'generate', 'bench', 'render')",
                     argv[1]);

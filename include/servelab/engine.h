@@ -74,6 +74,20 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
  * finished and all its events were taken. Free events with engine_output_free. */
 engine_output_t *engine_stream_next(engine_stream_t *st);
 void engine_output_free(engine_output_t *o);
+/* Non-blocking: the next event, or NULL if none is queued right now. */
+engine_output_t *engine_stream_try_next(engine_stream_t *st);
+/* True once every choice has finished and all events were taken. */
+bool engine_stream_done(engine_stream_t *st);
+/* Calls fn(user) on the engine thread after each event is queued (outside
+ * the stream's lock), so an event-driven client can wake up. Set it right
+ * after engine_submit; events queued before that are not signalled, so
+ * check the queue (engine_stream_try_next) after setting it. Setting it
+ * (to NULL, say) waits for a call under way to return, so the caller must
+ * not hold a lock the callback takes. engine_stream_release clears it. */
+typedef void (*engine_notify_fn)(void *user);
+void engine_stream_set_notify(engine_stream_t *st, engine_notify_fn fn, void *user);
+/* False once the engine thread has stopped (GET /health answers 503). */
+bool engine_is_alive(engine_t *e);
 /* Asks the engine to abort the stream's sequences (safe at any time). */
 void engine_abort(engine_t *e, engine_stream_t *st);
 /* The client is done with the stream (aborts it if still running). */

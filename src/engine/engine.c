@@ -300,6 +300,41 @@ engine_output_t *engine_stream_next(engine_stream_t *st) {
     return o;
 }
 
+engine_output_t *engine_stream_try_next(engine_stream_t *st) {
+    pthread_mutex_lock(&st->mu);
+    engine_output_t *o = st->head;
+    if (o) {
+        st->head = o->next;
+        if (!st->head) st->tail = NULL;
+        o->next = NULL;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return o;
+}
+
+bool engine_stream_done(engine_stream_t *st) {
+    pthread_mutex_lock(&st->mu);
+    bool done = st->n_live == 0 && !st->head;
+    pthread_mutex_unlock(&st->mu);
+    return done;
+}
+
+void engine_stream_set_notify(engine_stream_t *st, engine_notify_fn fn, void *user) {
+    pthread_mutex_lock(&st->mu);
+    st->notify = fn;
+    st->notify_user = user;
+    /* Once this returns, no call with the old callback is under way. */
+    while (st->in_notify > 0) pthread_cond_wait(&st->cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+}
+
+bool engine_is_alive(engine_t *e) {
+    pthread_mutex_lock(&e->mu);
+    bool alive = e->thread_running && !e->stop;
+    pthread_mutex_unlock(&e->mu);
+    return alive;
+}
+
 void engine_output_free(engine_output_t *o) {
     if (!o) return;
     free(o->text);
@@ -324,6 +359,7 @@ void engine_abort(engine_t *e, engine_stream_t *st) {
 }
 
 void engine_stream_release(engine_t *e, engine_stream_t *st) {
+    engine_stream_set_notify(st, NULL, NULL);
     pthread_mutex_lock(&st->mu);
     bool live = st->n_live > 0;
     pthread_mutex_unlock(&st->mu);

@@ -16,6 +16,9 @@ struct engine_stream {
     bool abort_requested;           /* guarded by the engine's mu */
     int32_t n_seqs;
     request_t **seqs;               /* engine thread only */
+    engine_notify_fn notify;        /* guarded by mu */
+    void *notify_user;
+    int in_notify;                  /* notify calls under way (guarded by mu) */
 };
 
 struct engine {

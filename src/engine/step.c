@@ -23,6 +23,15 @@ void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence
     st->tail = o;
     if (finishes_sequence) st->n_live--;
     pthread_cond_signal(&st->cv);
+    engine_notify_fn fn = st->notify;
+    void *user = st->notify_user;
+    if (fn) st->in_notify++;
+    pthread_mutex_unlock(&st->mu);
+    if (!fn) return;
+    fn(user);
+    pthread_mutex_lock(&st->mu);
+    st->in_notify--;
+    pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
 }
 

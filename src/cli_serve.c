@@ -1,0 +1,196 @@
+/* cli_serve.c - `servelab serve`: the OpenAI-compatible server, with vLLM's flags.
+ *
+ *   servelab serve MODEL_DIR [--host H] [--port 8000] [--served-model-name NAME ...]
+ *       [--api-key KEY ...] [--chat-template PATH_OR_INLINE] [--generation-config auto|vllm|DIR]
+ *       [--enable-log-requests | --disable-log-requests] [--max-log-len N]
+ *       [--max-request-bytes N] [--max-waiting-requests N] [--disable-log-stats] [engine flags]
+ *
+ * MODEL_DIR may also be given as --model. The API key also comes from
+ * VLLM_API_KEY. An unknown flag is a usage error naming the closest valid one.
+ * SIGINT/SIGTERM stop gracefully: no new connections, in-flight requests get
+ * a grace period, then the rest are aborted and the process exits 0.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_engine.h"
+#include "servelab/server.h"
+
+static const char *serve_usage =
+    "usage: servelab serve MODEL_DIR [--host H] [--port 8000] [--served-model-name NAME ...]\n"
+    "                      [--api-key KEY ...] [--chat-template PATH_OR_INLINE]\n"
+    "                      [--generation-config auto|vllm|DIR] [--enable-log-requests]\n"
+    "                      [--max-log-len N] [--max-request-bytes N] [--max-waiting-requests N]\n"
+    "                      [engine flags]\n";
+
+/* Levenshtein distance, for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 99;
+    int d[65][65];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+static _Noreturn void unknown_flag(const struct option *opts, const char *arg) {
+    char flag[128];
+    snprintf(flag, sizeof flag, "%s", arg);
+    char *eq = strchr(flag, '=');
+    if (eq) *eq = '\0';
+    const char *name = flag[0] == '-' && flag[1] == '-' ? flag + 2 : flag;
+    const char *best = NULL;
+    int best_d = 1 << 30;
+    for (const struct option *o = opts; o->name; o++) {
+        int dd = edit_distance(name, o->name);
+        if (dd < best_d) best_d = dd, best = o->name;
+    }
+    if (best && best_d <= 4)
+        cli_usage_error(serve_usage, "unrecognized arguments: %s (did you mean --%s?)", flag, best);
+    cli_usage_error(serve_usage, "unrecognized arguments: %s", flag);
+}
+
+int cli_serve(int argc, char **argv) {
+    enum { O_MODEL = 256, O_HOST, O_PORT, O_NAME, O_KEY, O_TEMPLATE, O_GENCFG, O_LOGREQ, O_NOLOGREQ,
+           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_NOSTATS };
+    static const struct option own[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT},
+        {"served-model-name", required_argument, 0, O_NAME},
+        {"api-key", required_argument, 0, O_KEY},
+        {"chat-template", required_argument, 0, O_TEMPLATE},
+        {"generation-config", required_argument, 0, O_GENCFG},
+        {"enable-log-requests", no_argument, 0, O_LOGREQ},
+        {"disable-log-requests", no_argument, 0, O_NOLOGREQ},
+        {"max-log-len", required_argument, 0, O_MAXLOG},
+        {"max-request-bytes", required_argument, 0, O_MAXBYTES},
+        {"max-waiting-requests", required_argument, 0, O_MAXWAIT},
+        {"disable-log-stats", no_argument, 0, O_NOSTATS},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    struct option *opts = cli_merge_options(own);
+    engine_args_t ea;
+    engine_args_default(&ea);
+    server_config_t sc;
+    server_config_default(&sc);
+    const char *model = NULL, *chat_template = NULL, *gencfg = "auto";
+    const char **names = NULL, **keys = NULL;
+    int n_names = 0, n_keys = 0;
+
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (engine_args_handle(&ea, c, optarg)) continue;
+        switch (c) {
+        case O_MODEL: model = optarg; break;
+        case O_HOST: sc.host = optarg; break;
+        case O_PORT: sc.port = (int)cli_parse_int("--port", optarg, 0, 65535); break;
+        case O_NAME:
+            names = sl_realloc(names, (size_t)(n_names + 1) * sizeof *names);
+            names[n_names++] = optarg;
+            break;
+        case O_KEY:
+            keys = sl_realloc(keys, (size_t)(n_keys + 1) * sizeof *keys);
+            keys[n_keys++] = optarg;
+            break;
+        case O_TEMPLATE: chat_template = optarg; break;
+        case O_GENCFG: gencfg = optarg; break;
+        case O_LOGREQ: sc.log_requests = true; break;
+        case O_NOLOGREQ: sc.log_requests = false; break;
+        case O_MAXLOG: sc.max_log_len = (int32_t)cli_parse_int("--max-log-len", optarg, 0, INT32_MAX); break;
+        case O_MAXBYTES: sc.max_request_bytes = cli_parse_human_int("--max-request-bytes", optarg); break;
+        case O_MAXWAIT: sc.max_waiting_requests = (int32_t)cli_parse_int("--max-waiting-requests", optarg, 0, INT32_MAX); break;
+        case O_NOSTATS: break; /* the periodic stats line belongs to the metrics module */
+        case 'h': printf("%s%s", serve_usage, engine_usage); free(opts); return 0;
+        default: unknown_flag(opts, argv[optind - 1]);
+        }
+    }
+    if (optind < argc) {
+        if (model || optind != argc - 1)
+            cli_usage_error(serve_usage, "unrecognized arguments: %s", argv[model ? optind : optind + 1]);
+        model = argv[optind];
+    }
+    if (!model) cli_usage_error(serve_usage, "the following arguments are required: MODEL_DIR (or --model)");
+    const char *env_key = getenv("VLLM_API_KEY");
+    if (n_keys == 0 && env_key && *env_key) {
+        keys = sl_realloc(keys, sizeof *keys);
+        keys[n_keys++] = env_key;
+    }
+    ea.model_dir = model;
+    sc.model_path = model;
+    if (n_names == 0) {
+        names = sl_realloc(names, sizeof *names);
+        names[n_names++] = model;
+    }
+    sc.served_model_names = names;
+    sc.n_served_model_names = n_names;
+    sc.api_keys = keys;
+    sc.n_api_keys = n_keys;
+    if (!strcmp(gencfg, "auto")) sc.generation_config_dir = model;
+    else if (!strcmp(gencfg, "vllm")) sc.generation_config_dir = NULL;
+    else sc.generation_config_dir = gencfg;
+
+    /* Signals go to sigwait below, never to a worker thread. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* Thousands of streams need thousands of descriptors. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+
+    LOG_INFO("servelab API server version 0.1.0");
+    LOG_INFO("args: model='%s', host=%s, port=%d", model, sc.host ? sc.host : "None", sc.port);
+    sl_err_t err;
+    char *tmpl_src = NULL;
+    chat_template_t *tmpl = NULL;
+    int r = chat_template_source(model, chat_template, &tmpl_src, &err);
+    if (r < 0) sl_die("%s", err.msg);
+    if (r == 0 && !(tmpl = chat_template_compile(tmpl_src, strlen(tmpl_src), &err)))
+        sl_die("chat template: %s", err.msg);
+    if (r == 1) LOG_WARNING("No chat template found for %s: chat requests will be refused", model);
+    free(tmpl_src);
+    cJSON *special = chat_special_tokens_load(model, &err);
+    if (!special) sl_die("%s", err.msg);
+
+    engine_bundle_t eb;
+    engine_bundle_load(&ea, &eb);
+    sc.max_model_len = ea.engine.sched.max_model_len;
+    engine_start(eb.engine);
+    server_t *srv = server_start(&sc, eb.engine, eb.tok, tmpl, special, &err);
+    if (!srv) sl_die("%s", err.msg);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    LOG_INFO("Received %s, shutting down (grace period 10 s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server_stop(srv, 10.0);
+    engine_stop(eb.engine);
+    engine_bundle_free(&eb);
+    chat_template_free(tmpl);
+    cJSON_Delete(special);
+    free(names);
+    free(keys);
+    free(opts);
+    LOG_INFO("Shutdown complete");
+    return 0;
+}

@@ -1,0 +1,387 @@
+/* http.c - libmicrohttpd plumbing: connections, bodies, suspend/resume, SSE, shutdown.
+ *
+ * The daemon runs an internal epoll thread pool. A request's body is gathered
+ * (up to max_request_bytes: 413 beyond), then handed to routes.c. A request
+ * that waits on the engine parks its connection (MHD_suspend_connection) and
+ * is resumed by the engine thread's notify callback, or by the ticker every
+ * keepalive_s so that a closed socket is noticed and a streaming client gets
+ * an SSE comment. A connection that ends before its request finished aborts
+ * the request (its KV blocks are freed at the engine's next step).
+ */
+#define _GNU_SOURCE
+#include "http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void conn_notify(void *user);
+
+/* ---- waking parked connections ------------------------------------------------ */
+
+/* Parks the connection unless something arrived since the caller last looked.
+ * Returns true when it parked. Called on an MHD thread from a callback. */
+bool http_park(http_req_t *r) {
+    pthread_mutex_lock(&r->mu);
+    bool parked = false;
+    if (!r->pending && !r->srv->stopping) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+        parked = true;
+    }
+    r->pending = false;
+    r->tick = false; /* a tick only had to bring the connection back to MHD's loop */
+    pthread_mutex_unlock(&r->mu);
+    return parked;
+}
+
+static void wake(http_req_t *r, bool tick) {
+    pthread_mutex_lock(&r->mu);
+    if (tick) r->tick = true;
+    else r->pending = true;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void conn_notify(void *user) { wake(user, false); }
+
+void http_watch_stream(http_req_t *r, engine_stream_t *st) {
+    engine_stream_set_notify(st, conn_notify, r);
+}
+
+static void *ticker_main(void *arg) {
+    server_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->ticker_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double when = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s->cfg.keepalive_s;
+        ts.tv_sec = (time_t)when;
+        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        if (s->ticker_stop) break;
+        for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- request lifetime ------------------------------------------------------------ */
+
+static http_req_t *req_new(server_t *s, struct MHD_Connection *conn, const char *method,
+                           const char *url) {
+    http_req_t *r = sl_calloc(1, sizeof *r);
+    r->srv = s;
+    r->conn = conn;
+    r->t_start = sl_now_s();
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->url, sizeof r->url, "%s", url);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        char host[64] = "?";
+        int port = 0;
+        if (ci->client_addr->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)ci->client_addr;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+        } else if (ci->client_addr->sa_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ci->client_addr;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+        }
+        snprintf(r->peer, sizeof r->peer, "%s:%d", host, port);
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_lock(&s->mu);
+    r->next = s->live;
+    if (s->live) s->live->prev = r;
+    s->live = r;
+    s->n_inflight++;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static void req_free(http_req_t *r) {
+    server_t *s = r->srv;
+    routes_release(r); /* aborts unfinished engine work, drops stream notifications */
+    pthread_mutex_lock(&s->mu);
+    if (r->prev) r->prev->next = r->next;
+    else s->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    s->n_inflight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    free(r->body);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)conn;
+    http_req_t *r = *con_cls;
+    if (!r) return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->client_gone = true;
+    req_free(r);
+    *con_cls = NULL;
+}
+
+/* ---- responses ------------------------------------------------------------------------ */
+
+static const char *reason_phrase(unsigned status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Request Entity Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    }
+    return "";
+}
+
+void http_access_log(http_req_t *r, unsigned status) {
+    if (r->logged) return;
+    r->logged = true;
+    /* uvicorn's access line, as vLLM prints it. */
+    sl_log(LOG_INFO, "uvicorn", 0, "%s - \"%s %s HTTP/1.1\" %u %s", r->peer, r->method, r->url, status,
+           reason_phrase(status));
+}
+
+enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content_type, const char *body,
+                             size_t len, const char *extra_header, const char *extra_value) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO; /* out of memory: MHD closes the connection */
+    if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
+    if (extra_header) MHD_add_response_header(resp, extra_header, extra_value);
+    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    http_access_log(r, status);
+    return ret;
+}
+
+/* SSE: MHD asks for bytes; routes.c fills r->out from engine events. */
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    http_req_t *r = cls;
+    for (;;) {
+        if (r->out_off < r->out_len) {
+            size_t n = r->out_len - r->out_off < max ? r->out_len - r->out_off : max;
+            memcpy(buf, r->out + r->out_off, n);
+            r->out_off += n;
+            return (ssize_t)n;
+        }
+        r->out_len = r->out_off = 0;
+        if (r->sse_finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        routes_stream_fill(r); /* appends events (or ends the stream) to r->out */
+        if (r->out_len > 0 || r->sse_finished) continue;
+        if (r->tick) { /* a keep-alive comment: a closed socket fails this write */
+            pthread_mutex_lock(&r->mu);
+            r->tick = false;
+            pthread_mutex_unlock(&r->mu);
+            http_out_append(r, ": keep-alive\n\n", 14);
+            continue;
+        }
+        if (http_park(r)) return 0; /* resumed by the engine or the ticker */
+        if (r->srv->stopping && !r->pending) r->sse_finished = true; /* shutting down: end it */
+    }
+}
+
+void http_out_append(http_req_t *r, const char *data, size_t len) {
+    if (r->out_len + len > r->out_cap) {
+        r->out_cap = 2 * (r->out_len + len) + 256;
+        r->out = sl_realloc(r->out, r->out_cap);
+    }
+    memcpy(r->out + r->out_len, data, len);
+    r->out_len += len;
+}
+
+static void sse_free(void *cls) {
+    http_req_t *r = cls;
+    free(r->out);
+    r->out = NULL;
+    r->out_len = r->out_off = r->out_cap = 0;
+}
+
+enum MHD_Result http_start_sse(http_req_t *r) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, r, sse_free);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    http_access_log(r, 200);
+    return ret;
+}
+
+/* ---- the access handler ------------------------------------------------------------------ */
+
+static enum MHD_Result too_large(http_req_t *r) {
+    if (r->logged) return MHD_YES; /* already answered */
+    char msg[160];
+    snprintf(msg, sizeof msg, "Request body too large: the limit is %lld bytes (--max-request-bytes).",
+             (long long)r->srv->cfg.max_request_bytes);
+    return routes_error(r, 413, "BadRequestError", msg, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    server_t *s = cls;
+    http_req_t *r = *con_cls;
+    if (!r) {
+        r = req_new(s, conn, method, url);
+        *con_cls = r;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoll(cl, NULL, 10) > s->cfg.max_request_bytes) {
+            /* Answer before the body arrives; MHD closes the connection after it. */
+            r->too_large = true;
+            return too_large(r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!r->too_large && r->len + *upload_data_size <= (size_t)s->cfg.max_request_bytes) {
+            if (r->len + *upload_data_size + 1 > r->cap) {
+                r->cap = 2 * (r->len + *upload_data_size) + 1;
+                r->body = sl_realloc(r->body, r->cap);
+            }
+            memcpy(r->body + r->len, upload_data, *upload_data_size);
+            r->len += *upload_data_size;
+        } else {
+            r->too_large = true;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large) return too_large(r);
+    if (r->body) r->body[r->len] = '\0';
+    return routes_dispatch(r);
+}
+
+/* ---- server lifecycle ------------------------------------------------------------------ */
+
+void server_config_default(server_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->port = 8000;
+    c->max_request_bytes = 32ll << 20;
+    c->max_log_len = -1;
+    c->keepalive_s = 5.0;
+    c->connection_limit = 8192;
+    c->listen_backlog = 4096;
+    c->connection_timeout_s = 30;
+    c->n_threads = 2;
+}
+
+server_t *server_start(const server_config_t *cfg, engine_t *engine, const tokenizer_t *tok,
+                       const chat_template_t *tmpl, const cJSON *special_tokens, sl_err_t *err) {
+    server_t *s = sl_calloc(1, sizeof *s);
+    s->cfg = *cfg;
+    s->engine = engine;
+    s->tok = tok;
+    s->tmpl = tmpl;
+    s->special_tokens = special_tokens;
+    s->created = (int64_t)time(NULL);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (routes_init(s, err)) {
+        free(s);
+        return NULL;
+    }
+
+    struct sockaddr_in addr4;
+    struct sockaddr_in6 addr6;
+    const struct sockaddr *bind_addr = NULL;
+    if (cfg->host && *cfg->host) {
+        memset(&addr4, 0, sizeof addr4);
+        memset(&addr6, 0, sizeof addr6);
+        if (inet_pton(AF_INET, cfg->host, &addr4.sin_addr) == 1) {
+            addr4.sin_family = AF_INET;
+            addr4.sin_port = htons((uint16_t)cfg->port);
+            bind_addr = (const struct sockaddr *)&addr4;
+        } else if (inet_pton(AF_INET6, cfg->host, &addr6.sin6_addr) == 1) {
+            addr6.sin6_family = AF_INET6;
+            addr6.sin6_port = htons((uint16_t)cfg->port);
+            bind_addr = (const struct sockaddr *)&addr6;
+        } else if (!strcmp(cfg->host, "localhost")) {
+            addr4.sin_family = AF_INET;
+            addr4.sin_port = htons((uint16_t)cfg->port);
+            addr4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            bind_addr = (const struct sockaddr *)&addr4;
+        } else {
+            routes_free(s);
+            free(s);
+            sl_fail(err, "--host %s: not an IPv4/IPv6 address", cfg->host);
+            return NULL;
+        }
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (bind_addr && bind_addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, cfg->connection_limit,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, cfg->listen_backlog,
+                            MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout_s,
+                            MHD_OPTION_THREAD_POOL_SIZE, cfg->n_threads,
+                            bind_addr ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, bind_addr,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        routes_free(s);
+        free(s);
+        sl_fail(err, "cannot listen on %s:%d (address in use, or no permission)",
+                cfg->host ? cfg->host : "0.0.0.0", cfg->port);
+        return NULL;
+    }
+    if (pthread_create(&s->ticker, NULL, ticker_main, s) != 0) sl_die("cannot start the ticker thread");
+    LOG_INFO("Starting servelab API server on http://%s:%d", cfg->host ? cfg->host : "0.0.0.0", cfg->port);
+    LOG_INFO("Available routes are: /health, /version, /v1/models, /v1/chat/completions, "
+             "/v1/completions, /tokenize, /detokenize");
+    sl_log(LOG_INFO, "uvicorn", 0, "Application startup complete.");
+    return s;
+}
+
+int64_t server_n_inflight(server_t *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->n_inflight;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void server_stop(server_t *s, double grace_s) {
+    MHD_quiesce_daemon(s->d); /* no new connections */
+    double until = sl_now_s() + grace_s;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_inflight > 0 && sl_now_s() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    if (s->n_inflight > 0) LOG_WARNING("Aborting %lld requests still in flight", (long long)s->n_inflight);
+    s->ticker_stop = true;
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->ticker, NULL);
+    /* Resume what is parked so MHD can close it; closing aborts the requests. */
+    pthread_mutex_lock(&s->mu);
+    for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+    pthread_mutex_unlock(&s->mu);
+    MHD_stop_daemon(s->d);
+    routes_free(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

@@ -1,0 +1,80 @@
+/* http.h - the server's private state, shared by http.c (libmicrohttpd
+ * plumbing) and routes.c (what each route does). Not a public header. */
+#ifndef SERVELAB_HTTP_H
+#define SERVELAB_HTTP_H
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "servelab/server.h"
+
+struct routes_state;
+struct route_job;
+
+typedef struct http_req {
+    struct server *srv;
+    struct MHD_Connection *conn;
+    struct http_req *prev, *next;   /* server's live list (guarded by srv->mu) */
+    char method[16];
+    char url[256];
+    char peer[80];
+    char request_id[96];
+    double t_start;
+    char *body;                     /* the request body, NUL-terminated */
+    size_t len, cap;
+    bool too_large;
+    bool logged;
+    bool client_gone;
+    /* Parking: guarded by mu. */
+    pthread_mutex_t mu;
+    bool suspended, pending, tick;
+    /* SSE output (MHD thread only). */
+    char *out;
+    size_t out_len, out_off, out_cap;
+    bool sse_finished;
+    struct route_job *job;          /* engine work of this request (routes.c) */
+} http_req_t;
+
+struct server {
+    server_config_t cfg;
+    engine_t *engine;
+    const tokenizer_t *tok;
+    const chat_template_t *tmpl;
+    const cJSON *special_tokens;
+    int64_t created;
+    struct MHD_Daemon *d;
+    pthread_t ticker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ticker_stop;
+    bool stopping;
+    http_req_t *live;
+    int64_t n_inflight;
+    struct routes_state *routes;
+};
+
+/* http.c */
+bool http_park(http_req_t *r);
+void http_watch_stream(http_req_t *r, engine_stream_t *st);
+enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content_type, const char *body,
+                             size_t len, const char *extra_header, const char *extra_value);
+enum MHD_Result http_start_sse(http_req_t *r);
+void http_out_append(http_req_t *r, const char *data, size_t len);
+void http_access_log(http_req_t *r, unsigned status);
+
+/* routes.c */
+int routes_init(struct server *s, sl_err_t *err);
+void routes_free(struct server *s);
+enum MHD_Result routes_dispatch(http_req_t *r);
+enum MHD_Result routes_error(http_req_t *r, unsigned status, const char *type, const char *message,
+                             const char *param);
+/* Appends the SSE events that are ready to r->out; sets r->sse_finished after [DONE]. */
+void routes_stream_fill(http_req_t *r);
+/* Aborts unfinished engine work and releases the request's streams. */
+void routes_release(http_req_t *r);
+
+#endif

@@ -1,0 +1,156 @@
+/* openai_json.c - the byte-level writers of the OpenAI layer.
+ *
+ * vLLM's bodies come out of Python (json.dumps(ensure_ascii=False) and pydantic),
+ * so strings keep UTF-8 as is and escape only '"', '\\' and control characters,
+ * and floats are written as repr(float): the shortest digits that read back as
+ * the same double, "1.0" for integral values, exponent form below 1e-4 and from
+ * 1e16. cJSON would write 1.0 as "1" and is not used for output for that reason.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "openai_internal.h"
+
+static void sb_reserve(oai_sb_t *b, size_t extra) {
+    if (b->len + extra + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1) cap *= 2;
+    b->buf = sl_realloc(b->buf, cap);
+    b->cap = cap;
+}
+
+void sb_put(oai_sb_t *b, const char *s, size_t n) {
+    sb_reserve(b, n);
+    if (n) memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+void sb_puts(oai_sb_t *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+void sb_printf(oai_sb_t *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    SL_ASSERT(n >= 0);
+    sb_reserve(b, (size_t)n);
+    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+}
+
+void sb_json_str(oai_sb_t *b, const char *s, size_t n) {
+    sb_reserve(b, n + 2);
+    b->buf[b->len++] = '"';
+    size_t run = 0; /* bytes copied verbatim in one go */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sb_put(b, s + run, i - run);
+        run = i + 1;
+        switch (c) {
+        case '"': sb_put(b, "\\\"", 2); break;
+        case '\\': sb_put(b, "\\\\", 2); break;
+        case '\n': sb_put(b, "\\n", 2); break;
+        case '\r': sb_put(b, "\\r", 2); break;
+        case '\t': sb_put(b, "\\t", 2); break;
+        case '\b': sb_put(b, "\\b", 2); break;
+        case '\f': sb_put(b, "\\f", 2); break;
+        default: sb_printf(b, "\\u%04x", c); break;
+        }
+    }
+    sb_put(b, s + run, n - run);
+    sb_put(b, "\"", 1);
+}
+
+void sb_py_float(oai_sb_t *b, double x) {
+    if (isnan(x)) {
+        sb_puts(b, "NaN");
+        return;
+    }
+    if (isinf(x)) {
+        sb_puts(b, x > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    char sci[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(sci, sizeof sci, "%.*e", prec - 1, x);
+        if (strtod(sci, NULL) == x) break;
+    }
+    /* sci is "[-]d[.ddd]e[+-]XX": sign, digits, decimal exponent. */
+    const char *s = sci;
+    bool neg = *s == '-';
+    if (neg) s++;
+    char dig[24];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.') dig[nd++] = *s;
+    int e10 = atoi(s + 1);
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    char out[64];
+    size_t n = 0;
+    if (neg) out[n++] = '-';
+    if (e10 < -4 || e10 >= 16) {
+        out[n++] = dig[0];
+        if (nd > 1) out[n++] = '.';
+        for (int i = 1; i < nd; i++) out[n++] = dig[i];
+        n += (size_t)snprintf(out + n, sizeof out - n, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
+    } else if (e10 < 0) {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int i = 0; i < -e10 - 1; i++) out[n++] = '0';
+        for (int i = 0; i < nd; i++) out[n++] = dig[i];
+    } else {
+        for (int i = 0; i <= e10; i++) out[n++] = i < nd ? dig[i] : '0';
+        out[n++] = '.';
+        if (nd > e10 + 1)
+            for (int i = e10 + 1; i < nd; i++) out[n++] = dig[i];
+        else
+            out[n++] = '0';
+    }
+    sb_put(b, out, n);
+}
+
+char *sb_take(oai_sb_t *b, size_t *len_out) {
+    if (!b->buf) sb_reserve(b, 0), b->buf[0] = '\0';
+    char *s = b->buf;
+    if (len_out) *len_out = b->len;
+    b->buf = NULL;
+    b->len = b->cap = 0;
+    return s;
+}
+
+bool oai_utf8_valid(const char *str, size_t n) {
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (need < 0 || (size_t)need >= n - i) return false;
+        uint32_t cp = c & (0x7Fu >> need);
+        for (int k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3Fu);
+        }
+        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += (size_t)need + 1;
+    }
+    return true;
+}
+
+int64_t oai_utf8_chars(const char *s, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}

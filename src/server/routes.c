@@ -1,0 +1,336 @@
+/* routes.c - what each route does: parse with the OpenAI layer, submit, answer.
+ *
+ * Routes (vLLM's): GET /health, /version, /v1/models; POST /v1/chat/completions,
+ * /v1/completions, /tokenize, /detokenize. API keys guard /v1/... only, and a
+ * failed check answers 401 {"error":"Unauthorized"} as vLLM does. An unknown
+ * path is FastAPI's 404 {"detail":"Not Found"}. A completions request with a
+ * list of prompts submits one engine stream per prompt; their events are
+ * merged into one response (choice index = prompt * n + i, as vLLM).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "servelab/openai.h"
+
+struct routes_state {
+    oai_ctx_t ctx;
+    pthread_mutex_t rng_mu;
+    uint64_t rng;
+    char perm_hex[33];
+};
+
+typedef struct route_job {
+    oai_request_t req;
+    bool is_stream;
+    int32_t n_streams;
+    engine_stream_t **streams;
+    bool *stream_done;
+    oai_acc_t *acc;                 /* non-streaming */
+    oai_stream_t *ost;              /* streaming */
+    oai_chunks_t chunks;
+    char *id;
+    bool finished;
+} route_job_t;
+
+static uint64_t next_rand(struct routes_state *rs) {
+    pthread_mutex_lock(&rs->rng_mu);
+    uint64_t x = rs->rng += 0x9e3779b97f4a7c15ull;
+    pthread_mutex_unlock(&rs->rng_mu);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+int routes_init(struct server *s, sl_err_t *err) {
+    struct routes_state *rs = sl_calloc(1, sizeof *rs);
+    oai_ctx_t *c = &rs->ctx;
+    oai_tok_bind(&c->tok, s->tok);
+    c->chat_template = s->tmpl;
+    c->special_tokens = s->special_tokens;
+    c->served_model_names = s->cfg.served_model_names;
+    c->n_served_model_names = s->cfg.n_served_model_names;
+    c->model_root = s->cfg.model_path;
+    c->max_model_len = s->cfg.max_model_len;
+    c->max_logprobs = SAMPLING_MAX_LOGPROBS;
+    c->vocab_size = tok_vocab_size(s->tok);
+    if (s->cfg.generation_config_dir && oai_gen_defaults_load(s->cfg.generation_config_dir, &c->gen, err)) {
+        free(rs);
+        return -1;
+    }
+    pthread_mutex_init(&rs->rng_mu, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    rs->rng = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+    snprintf(rs->perm_hex, sizeof rs->perm_hex, "%016llx%016llx", (unsigned long long)next_rand(rs),
+             (unsigned long long)next_rand(rs));
+    s->routes = rs;
+    return 0;
+}
+
+void routes_free(struct server *s) {
+    if (!s->routes) return;
+    pthread_mutex_destroy(&s->routes->rng_mu);
+    free(s->routes);
+    s->routes = NULL;
+}
+
+enum MHD_Result routes_error(http_req_t *r, unsigned status, const char *type, const char *message,
+                             const char *param) {
+    oai_error_t e;
+    oai_error_set(&e, (int)status, type, param, "%s", message);
+    size_t len;
+    char *body = oai_error_body(&e, &len);
+    enum MHD_Result ret = http_respond(r, status, "application/json", body, len, NULL, NULL);
+    free(body);
+    return ret;
+}
+
+static enum MHD_Result respond_oai_error(http_req_t *r, const oai_error_t *e, const char *hdr,
+                                         const char *val) {
+    size_t len;
+    char *body = oai_error_body(e, &len);
+    enum MHD_Result ret = http_respond(r, (unsigned)e->status, "application/json", body, len, hdr, val);
+    free(body);
+    return ret;
+}
+
+static enum MHD_Result respond_json(http_req_t *r, unsigned status, char *body, size_t len) {
+    enum MHD_Result ret = http_respond(r, status, "application/json", body, len, NULL, NULL);
+    free(body);
+    return ret;
+}
+
+static bool authorized(http_req_t *r) {
+    const server_config_t *c = &r->srv->cfg;
+    if (c->n_api_keys == 0) return true;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    for (int i = 0; i < c->n_api_keys; i++)
+        if (!strcmp(h + 7, c->api_keys[i])) return true;
+    return false;
+}
+
+/* ---- engine jobs ------------------------------------------------------------------ */
+
+static void log_received(http_req_t *r, route_job_t *j) {
+    const server_config_t *c = &r->srv->cfg;
+    for (int32_t i = 0; i < j->req.n_prompts; i++) {
+        const oai_prompt_t *p = &j->req.prompts[i];
+        int plen = c->max_log_len >= 0 && (size_t)c->max_log_len < p->text_len ? c->max_log_len : (int)p->text_len;
+        char ids[256];
+        int n = 0;
+        n += snprintf(ids + n, sizeof ids - (size_t)n, "[");
+        int32_t shown = c->max_log_len >= 0 && c->max_log_len < p->n_ids ? c->max_log_len : p->n_ids;
+        for (int32_t k = 0; k < shown && n < (int)sizeof ids - 16; k++)
+            n += snprintf(ids + n, sizeof ids - (size_t)n, "%s%d", k ? ", " : "", p->ids[k]);
+        snprintf(ids + n, sizeof ids - (size_t)n, "%s]", shown < p->n_ids ? ", ..." : "");
+        const sampling_params_t *sp = &j->req.params;
+        LOG_INFO("Received request %s%s: prompt: '%.*s', params: SamplingParams(n=%d, temperature=%g, "
+                 "top_p=%g, top_k=%d, min_p=%g, seed=%s, max_tokens=%d, min_tokens=%d, logprobs=%s), "
+                 "prompt_token_ids: %s, lora_request: None.",
+                 j->id, j->req.n_prompts > 1 ? "" : "", plen, p->text ? p->text : "", sp->n,
+                 sp->temperature, sp->top_p, sp->top_k, sp->min_p, sp->has_seed ? "set" : "None",
+                 p->max_tokens, sp->min_tokens, sp->logprobs >= 0 ? "set" : "None", ids);
+    }
+}
+
+static void job_free(struct server *s, route_job_t *j, bool aborted) {
+    for (int32_t i = 0; i < j->n_streams; i++)
+        if (j->streams[i]) engine_stream_release(s->engine, j->streams[i]);
+    if (aborted && s->cfg.log_requests) LOG_INFO("Aborted request %s.", j->id);
+    free(j->streams);
+    free(j->stream_done);
+    if (j->acc) oai_acc_free(j->acc);
+    if (j->ost) oai_stream_free(j->ost);
+    oai_chunks_free(&j->chunks);
+    oai_request_free(&j->req);
+    free(j->id);
+    free(j);
+}
+
+void routes_release(http_req_t *r) {
+    if (!r->job) return;
+    job_free(r->srv, r->job, !r->job->finished);
+    r->job = NULL;
+}
+
+/* Feeds every queued event into the job; returns true when all streams are done. */
+static bool drain(http_req_t *r, route_job_t *j) {
+    bool all_done = true;
+    for (int32_t i = 0; i < j->n_streams; i++) {
+        if (j->stream_done[i]) continue;
+        for (engine_output_t *o; (o = engine_stream_try_next(j->streams[i])); engine_output_free(o)) {
+            if (j->is_stream) {
+                oai_stream_event(j->ost, i, o, &j->chunks);
+            } else {
+                oai_acc_add(j->acc, i, o);
+            }
+        }
+        if (engine_stream_done(j->streams[i])) j->stream_done[i] = true;
+        else all_done = false;
+    }
+    (void)r;
+    return all_done;
+}
+
+static enum MHD_Result job_continue(http_req_t *r) {
+    route_job_t *j = r->job;
+    for (;;) {
+        if (drain(r, j)) {
+            j->finished = true;
+            size_t len;
+            char *body = oai_acc_body(j->acc, &r->srv->routes->ctx, j->id, r->srv->created, &len);
+            return respond_json(r, 200, body, len);
+        }
+        if (http_park(r)) return MHD_YES;
+        if (r->srv->stopping) {
+            oai_error_t e;
+            oai_error_set(&e, 503, "ServiceUnavailableError", NULL, "The server is shutting down.");
+            return respond_oai_error(r, &e, NULL, NULL);
+        }
+    }
+}
+
+void routes_stream_fill(http_req_t *r) {
+    route_job_t *j = r->job;
+    if (!j) {
+        r->sse_finished = true;
+        return;
+    }
+    bool done = drain(r, j);
+    for (int32_t k = 0; k < j->chunks.n; k++) {
+        http_out_append(r, "data: ", 6);
+        http_out_append(r, j->chunks.json[k], j->chunks.len[k]);
+        http_out_append(r, "\n\n", 2);
+    }
+    oai_chunks_clear(&j->chunks);
+    if (!done) return;
+    j->finished = true;
+    size_t len;
+    char *usage = oai_stream_usage(j->ost, &len);
+    if (usage) {
+        http_out_append(r, "data: ", 6);
+        http_out_append(r, usage, len);
+        http_out_append(r, "\n\n", 2);
+        free(usage);
+    }
+    http_out_append(r, "data: [DONE]\n\n", 14);
+    r->sse_finished = true;
+}
+
+static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
+    struct server *s = r->srv;
+    struct routes_state *rs = s->routes;
+    route_job_t *j = sl_calloc(1, sizeof *j);
+    oai_error_t e;
+    if (oai_request_parse(&rs->ctx, kind, r->body ? r->body : "", r->len, &j->req, &e)) {
+        job_free(s, j, false);
+        return respond_oai_error(r, &e, NULL, NULL);
+    }
+    char *ignored = oai_ignored_fields_message(&j->req);
+    if (ignored) {
+        LOG_WARNING("%s", ignored);
+        free(ignored);
+    }
+    if (kind == OAI_TOKENIZE || kind == OAI_DETOKENIZE) {
+        size_t len;
+        char *body = kind == OAI_TOKENIZE ? oai_tokenize_body(&rs->ctx, &j->req, &len)
+                                          : oai_detokenize_body(&j->req, &len);
+        job_free(s, j, false);
+        return respond_json(r, 200, body, len);
+    }
+    if (s->cfg.max_waiting_requests > 0) {
+        engine_stats_t st;
+        engine_get_stats(s->engine, &st);
+        if (st.n_waiting >= s->cfg.max_waiting_requests) {
+            job_free(s, j, false);
+            oai_error_set(&e, 503, "ServiceUnavailableError", NULL,
+                          "The server is overloaded: %d requests are waiting (--max-waiting-requests). "
+                          "Retry later.", st.n_waiting);
+            return respond_oai_error(r, &e, "Retry-After", "1");
+        }
+    }
+    const char *xid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+    j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid, j->req.request_id, next_rand(rs),
+                            next_rand(rs));
+    if (xid && *xid) snprintf(r->request_id, sizeof r->request_id, "%s", xid);
+    if (s->cfg.log_requests) log_received(r, j);
+
+    j->is_stream = j->req.stream;
+    j->n_streams = j->req.n_prompts;
+    j->streams = sl_calloc((size_t)j->n_streams, sizeof *j->streams);
+    j->stream_done = sl_calloc((size_t)j->n_streams, sizeof *j->stream_done);
+    r->job = j;
+    for (int32_t i = 0; i < j->n_streams; i++) {
+        sampling_params_t p = oai_request_params(&j->req, i);
+        sl_err_t err;
+        j->streams[i] = engine_submit(s->engine, j->req.prompts[i].ids, j->req.prompts[i].n_ids, &p, &err);
+        if (!j->streams[i]) {
+            routes_release(r);
+            return routes_error(r, 400, "BadRequestError", err.msg, NULL);
+        }
+        http_watch_stream(r, j->streams[i]);
+    }
+    if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->id);
+    if (j->is_stream) {
+        j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, s->created);
+        return http_start_sse(r);
+    }
+    j->acc = oai_acc_new(&j->req);
+    return job_continue(r);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+static enum MHD_Result not_found(http_req_t *r) {
+    static const char body[] = "{\"detail\":\"Not Found\"}";
+    return http_respond(r, 404, "application/json", body, sizeof body - 1, NULL, NULL);
+}
+
+static enum MHD_Result method_not_allowed(http_req_t *r) {
+    static const char body[] = "{\"detail\":\"Method Not Allowed\"}";
+    return http_respond(r, 405, "application/json", body, sizeof body - 1, NULL, NULL);
+}
+
+enum MHD_Result routes_dispatch(http_req_t *r) {
+    if (r->job) return job_continue(r); /* a parked non-streaming request, resumed */
+    struct server *s = r->srv;
+    const char *url = r->url;
+    bool get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    if (!strncmp(url, "/v1/", 4) && strcmp(r->method, "OPTIONS") != 0 && !authorized(r)) {
+        static const char body[] = "{\"error\":\"Unauthorized\"}";
+        return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    if (!strcmp(url, "/health")) {
+        if (!get) return method_not_allowed(r);
+        bool alive = engine_is_alive(s->engine);
+        return http_respond(r, alive ? 200 : 503, NULL, "", 0, NULL, NULL);
+    }
+    if (!strcmp(url, "/version")) {
+        if (!get) return method_not_allowed(r);
+        size_t len;
+        char *body = oai_version_body("0.1.0", &len);
+        return respond_json(r, 200, body, len);
+    }
+    if (!strcmp(url, "/v1/models")) {
+        if (!get) return method_not_allowed(r);
+        size_t len;
+        char *body = oai_models_body(&s->routes->ctx, s->created, s->routes->perm_hex, &len);
+        return respond_json(r, 200, body, len);
+    }
+    struct { const char *path; oai_kind_t kind; } posts[] = {
+        {"/v1/chat/completions", OAI_CHAT}, {"/v1/completions", OAI_COMPLETION},
+        {"/tokenize", OAI_TOKENIZE},        {"/detokenize", OAI_DETOKENIZE},
+    };
+    for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {
+        if (strcmp(url, posts[i].path) != 0) continue;
+        if (!post) return method_not_allowed(r);
+        return start_job(r, posts[i].kind);
+    }
+    return not_found(r);
+}

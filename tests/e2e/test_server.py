@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""The real server over real HTTP, driven by the official `openai` package and raw sockets.
+
+Starts `servelab serve` on the bundled tiny checkpoint (a small KV pool on
+purpose, and an API key), then checks: models list; chat and completions,
+streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
+accounting; errors as the SDK's exception types with vLLM's messages; exact
+SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
+/tokenize, /detokenize; clients that hang up mid-stream (after which a
+request needing most of the KV pool still completes, so nothing leaked); and
+a graceful SIGTERM (exit status 0). Prints one line per check and
+"N passed, N failed".
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+KEY = "test-key-123"
+NAME = "tiny"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, servelab, model, *extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+")
+        self.proc = subprocess.Popen(
+            [servelab, "serve", model, "--host", "127.0.0.1", "--port", str(self.port),
+             "--served-model-name", NAME, "--api-key", KEY, "--max-model-len", "512",
+             "--num-gpu-blocks-override", "40", "--enable-log-requests", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not become healthy:\n" + self.logs())
+
+    def logs(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+
+
+def raw(base, method, path, body=None, headers=None):
+    """(status, headers, body bytes) of one request, errors included."""
+    req = urllib.request.Request(base + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    results = []
+
+    def check(name, cond, detail=""):
+        results.append(bool(cond))
+        print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)[:600]}", flush=True)
+
+    srv = Server(args.servelab, args.model)
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    try:
+        models = client.models.list()
+        check("models list names the served model", [m.id for m in models.data] == [NAME], models)
+
+        msgs = [{"role": "user", "content": "Tell me about servers."}]
+        chat = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, temperature=0)
+        ch = chat.choices[0]
+        check("chat: id, object, role", chat.id.startswith("chatcmpl-") and chat.object == "chat.completion"
+              and ch.message.role == "assistant", chat)
+        check("chat: length finish and usage arithmetic", ch.finish_reason == "length" and
+              chat.usage.completion_tokens == 12 and
+              chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens, chat.usage)
+
+        parts, roles, usage, finish = [], [], None, None
+        for ev in client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}):
+            if ev.usage:
+                usage = ev.usage
+            for c in ev.choices:
+                if c.delta.role:
+                    roles.append(c.delta.role)
+                if c.delta.content:
+                    parts.append(c.delta.content)
+                if c.finish_reason:
+                    finish = c.finish_reason
+        check("chat stream: one role event, same text as non-streaming", roles == ["assistant"] and
+              "".join(parts) == ch.message.content, (roles, "".join(parts), ch.message.content))
+        check("chat stream: finish reason and include_usage totals", finish == "length" and usage and
+              usage.completion_tokens == 12, (finish, usage))
+
+        comp = client.completions.create(model=NAME, prompt=["The quick brown fox", "Once upon"], max_tokens=5,
+                                         temperature=0, n=2)
+        idx = sorted(c.index for c in comp.choices)
+        check("completions: two prompts x n=2 give choices 0..3", idx == [0, 1, 2, 3] and
+              comp.usage.completion_tokens == 20, (idx, comp.usage))
+        echo = client.completions.create(model=NAME, prompt="The quick brown fox", max_tokens=4, temperature=0,
+                                         echo=True)
+        check("completions: echo prepends the prompt", echo.choices[0].text.startswith("The quick brown fox"),
+              echo.choices[0].text)
+        lp = client.completions.create(model=NAME, prompt="Hello", max_tokens=4, temperature=0, logprobs=3)
+        l = lp.choices[0].logprobs
+        check("completions: logprobs=3", l and len(l.tokens) == 4 and len(l.token_logprobs) == 4 and
+              all(len(t) >= 3 for t in l.top_logprobs), l)
+        clp = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=3, temperature=0,
+                                             logprobs=True, top_logprobs=2)
+        c0 = clp.choices[0].logprobs
+        check("chat: logprobs with top_logprobs=2", c0 and len(c0.content) == 3 and
+              all(len(t.top_logprobs) == 2 for t in c0.content), c0)
+
+        full = client.completions.create(model=NAME, prompt="The server", max_tokens=16, temperature=0)
+        text = full.choices[0].text
+        if len(text) > 6:
+            stop = text[3:6]
+            st = client.completions.create(model=NAME, prompt="The server", max_tokens=16, temperature=0, stop=[stop])
+            check("stop string ends the text", st.choices[0].finish_reason == "stop" and
+                  st.choices[0].text == text[:text.index(stop)], (st.choices[0], text, stop))
+        else:
+            check("greedy text long enough for a stop test", False, text)
+
+        a = client.completions.create(model=NAME, prompt="Seeded", max_tokens=10, temperature=1.0, seed=42)
+        b = client.completions.create(model=NAME, prompt="Seeded", max_tokens=10, temperature=1.0, seed=42)
+        check("same seed, same text", a.choices[0].text == b.choices[0].text, (a.choices[0].text, b.choices[0].text))
+
+        # Errors, as the SDK raises them.
+        for name, fn, exc, words in [
+            ("unknown model -> NotFoundError",
+             lambda: client.completions.create(model="nope", prompt="x", max_tokens=2), openai.NotFoundError,
+             "The model `nope` does not exist."),
+            ("logprobs 21 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, logprobs=21),
+             openai.BadRequestError, "Requested sample logprobs of 21, which is greater than max allowed: 20"),
+            ("context length -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="word " * 600, max_tokens=2),
+             openai.BadRequestError, "maximum context length is 512 tokens"),
+            ("temperature -1 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, temperature=-1),
+             openai.BadRequestError, "temperature"),
+        ]:
+            try:
+                fn()
+                check(name, False, "no exception")
+            except exc as e:
+                check(name, words in str(e), str(e))
+            except Exception as e:  # noqa: BLE001
+                check(name, False, repr(e))
+
+        # Raw HTTP: SSE framing, status codes and bodies.
+        body = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 3, "temperature": 0, "stream": True}).encode()
+        st, hd, data = raw(srv.base, "POST", "/v1/completions", body, auth)
+        events = data.decode().split("\n\n")
+        check("SSE: text/event-stream, data: events, [DONE] last",
+              st == 200 and hd.get("Content-Type", "").startswith("text/event-stream") and
+              events[-2] == "data: [DONE]" and events[-1] == "" and
+              all(e.startswith("data: {") for e in events[:-2]), data[-300:])
+        first = json.loads(events[0][6:])
+        check("SSE: completions events carry every field", list(first) == ["id", "object", "created", "model",
+              "choices", "usage"] and first["object"] == "text_completion", first)
+        st, _, data = raw(srv.base, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        check("no key -> 401 {\"error\":\"Unauthorized\"}", st == 401 and json.loads(data) == {"error": "Unauthorized"}, data)
+        st, _, data = raw(srv.base, "GET", "/health")
+        check("/health needs no key", st == 200 and data == b"", (st, data))
+        st, _, data = raw(srv.base, "GET", "/nope")
+        check("unknown path -> 404", st == 404, (st, data))
+        st, _, data = raw(srv.base, "GET", "/v1/completions", None, auth)
+        check("wrong method -> 405", st == 405, (st, data))
+        st, _, data = raw(srv.base, "POST", "/v1/completions", b"{not json", auth)
+        err = json.loads(data) if data.startswith(b"{") else {}
+        check("malformed JSON -> 400 error envelope", st == 400 and err.get("error", {}).get("code") == 400 and
+              err["error"].get("type") == "BadRequestError", data)
+        st, _, data = raw(srv.base, "POST", "/v1/completions", b'{"prompt": "\xff\xfe", "model": "tiny"}', auth)
+        check("invalid UTF-8 -> 400", st == 400, (st, data))
+        # A 1 GiB body is refused from its headers: nothing needs to be sent.
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nContent-Type: application/json\r\nContent-Length: " + str(1 << 30).encode() + b"\r\n\r\n")
+            resp = b""
+            while b"\r\n\r\n" not in resp or not resp.rstrip().endswith(b"}"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                resp += chunk
+        check("1 GiB body -> 413 before the body is sent", resp.startswith(b"HTTP/1.1 413") and
+              b"--max-request-bytes" in resp, resp[:300])
+        st, _, data = raw(srv.base, "POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "x",
+                          "stream_options": {"include_usage": True}}).encode(), auth)
+        check("stream_options without stream -> 400", st == 400, data)
+        st, _, data = raw(srv.base, "GET", "/version")
+        check("/version", st == 200 and "version" in json.loads(data), data)
+        st, _, data = raw(srv.base, "POST", "/tokenize", json.dumps({"model": NAME, "prompt": "Hello"}).encode(),
+                          {"Content-Type": "application/json"})
+        tok = json.loads(data)
+        st2, _, data2 = raw(srv.base, "POST", "/detokenize", json.dumps({"model": NAME, "tokens": tok.get("tokens", [])}).encode(),
+                            {"Content-Type": "application/json"})
+        check("/tokenize then /detokenize round-trips", st == 200 and tok["count"] == len(tok["tokens"]) and
+              tok["max_model_len"] == 512 and st2 == 200 and json.loads(data2)["prompt"].endswith("Hello"),
+              (data, data2))
+        st, hd, _ = raw(srv.base, "POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode(),
+                        dict(auth, **{"X-Request-Id": "my-req-7"}))
+        check("X-Request-Id is echoed", hd.get("X-Request-Id") == "my-req-7", hd)
+
+        # Clients that hang up mid-stream, at random points.
+        def hang_up(seed):
+            rnd = random.Random(seed)
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            b = json.dumps({"model": NAME, "prompt": "Story " * rnd.randint(1, 40), "max_tokens": 200,
+                            "stream": rnd.random() < 0.7, "ignore_eos": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+            want = rnd.randint(0, 3000)
+            got = 0
+            s.settimeout(5)  # a request still queued sends nothing: hang up anyway
+            try:
+                while got < want:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += len(chunk)
+            except OSError:
+                pass
+            s.close()
+
+        threads = [threading.Thread(target=hang_up, args=(i,)) for i in range(60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(1.0)
+        # 40 blocks of 16 tokens: this needs 30 of them, so it only fits if every aborted request let go.
+        big_req = client.completions.create(model=NAME, prompt=[1] + [5] * 300, max_tokens=170, temperature=0,
+                                            extra_body={"ignore_eos": True})
+        check("after 60 hang-ups a 470-token request still fits the KV pool",
+              big_req.choices[0].finish_reason == "length" and big_req.usage.completion_tokens == 170, big_req.usage)
+        check("server is healthy after the hostile clients", raw(srv.base, "GET", "/health")[0] == 200)
+        logs = srv.logs()
+        check("vLLM request log lines", "Received request cmpl-" in logs and "Aborted request" in logs and
+              '"POST /v1/completions HTTP/1.1" 200 OK' in logs, logs[-800:])
+    finally:
+        code = srv.stop()
+    check("SIGTERM: graceful exit 0", code == 0, (code, srv.logs()[-600:]))
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
