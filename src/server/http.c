@@ -116,6 +116,7 @@ static void req_free(http_req_t *r) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     free(r->body);
+    free(r->out);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -168,7 +169,9 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
     return ret;
 }
 
-/* SSE: MHD asks for bytes; routes.c fills r->out from engine events. */
+/* SSE: MHD asks for bytes; routes.c fills r->out from engine events. The
+ * response has no free callback: MHD destroys it after the completion
+ * notification has already freed the request, so req_free owns r->out. */
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     http_req_t *r = cls;
@@ -204,15 +207,8 @@ void http_out_append(http_req_t *r, const char *data, size_t len) {
     r->out_len += len;
 }
 
-static void sse_free(void *cls) {
-    http_req_t *r = cls;
-    free(r->out);
-    r->out = NULL;
-    r->out_len = r->out_off = r->out_cap = 0;
-}
-
 enum MHD_Result http_start_sse(http_req_t *r) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, r, sse_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, r, NULL);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");

@@ -34,6 +34,7 @@ typedef struct route_job {
     oai_stream_t *ost;              /* streaming */
     oai_chunks_t chunks;
     char *id;
+    int64_t created;                /* unix seconds when the request was handled, as vLLM */
     bool finished;
 } route_job_t;
 
@@ -184,7 +185,7 @@ static enum MHD_Result job_continue(http_req_t *r) {
         if (drain(r, j)) {
             j->finished = true;
             size_t len;
-            char *body = oai_acc_body(j->acc, &r->srv->routes->ctx, j->id, r->srv->created, &len);
+            char *body = oai_acc_body(j->acc, &r->srv->routes->ctx, j->id, j->created, &len);
             return respond_json(r, 200, body, len);
         }
         if (http_park(r)) return MHD_YES;
@@ -259,6 +260,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid, j->req.request_id, next_rand(rs),
                             next_rand(rs));
     if (xid && *xid) snprintf(r->request_id, sizeof r->request_id, "%s", xid);
+    j->created = (int64_t)time(NULL);
     if (s->cfg.log_requests) log_received(r, j);
 
     j->is_stream = j->req.stream;
@@ -278,7 +280,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     }
     if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->id);
     if (j->is_stream) {
-        j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, s->created);
+        j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, j->created);
         return http_start_sse(r);
     }
     j->acc = oai_acc_new(&j->req);

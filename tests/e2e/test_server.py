@@ -74,7 +74,7 @@ def raw(base, method, path, body=None, headers=None):
     """(status, headers, body bytes) of one request, errors included."""
     req = urllib.request.Request(base + path, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -273,6 +273,38 @@ def main():
     finally:
         code = srv.stop()
     check("SIGTERM: graceful exit 0", code == 0, (code, srv.logs()[-600:]))
+
+    # A misspelt flag is a usage error that names the closest valid one.
+    res = subprocess.run([args.servelab, "serve", args.model, "--prot", "8000"], capture_output=True, text=True,
+                         timeout=30)
+    check("unknown flag names the closest one", res.returncode == 2 and "did you mean --port?" in res.stderr,
+          res.stderr[-300:])
+
+    # Admission control: one running, one waiting, everything else 503 + Retry-After.
+    srv2 = Server(args.servelab, args.model, "--max-num-seqs", "1", "--max-waiting-requests", "1")
+    try:
+        statuses = []
+
+        def one(i):
+            time.sleep(0.15 * i)
+            body = json.dumps({"model": NAME, "prompt": "Load " * 8, "max_tokens": 60, "ignore_eos": True}).encode()
+            try:
+                st, hd, data = raw(srv2.base, "POST", "/v1/completions", body, auth)
+                statuses.append((st, hd.get("Retry-After"), data[:120]))
+            except Exception as e:  # noqa: BLE001
+                statuses.append((None, None, repr(e)))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rejected = [s for s in statuses if s[0] == 503]
+        check("--max-waiting-requests: full queue -> 503 with Retry-After, others served",
+              rejected and all(s[1] == "1" for s in rejected) and any(s[0] == 200 for s in statuses) and
+              all(s[0] in (200, 503) for s in statuses), statuses)
+    finally:
+        srv2.stop()
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
