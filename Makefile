@@ -1,5 +1,5 @@
 # Thin wrappers over CMake: the two commands of the README and a few helpers.
-#   make run    install what is missing, build, make the demo model, generate text
+#   make run    install what is missing, build, make the demo model, serve it on :8000
 #   make test   install what is missing, build, run every test (plain, sanitized, fuzzed)
 BUILD      ?= build
 BUILD_SAN  ?= build-san
@@ -25,8 +25,13 @@ $(DEMO_MODEL)/config.json:
 
 models: $(DEMO_MODEL)/config.json
 
+PORT       ?= 8000
+
 run: build models
-	$(BUILD)/servelab generate $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 64 --temperature 0
+	$(BUILD)/servelab generate $(DEMO_MODEL) --prompt "$(PROMPT)" --max-tokens 32 --temperature 0
+	@echo "Serving $(DEMO_MODEL) on http://localhost:$(PORT) (Ctrl-C stops it). Try:"
+	@echo "  curl -s localhost:$(PORT)/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"$(DEMO_MODEL)\", \"prompt\": \"Hello\", \"max_tokens\": 16}'"
+	$(BUILD)/servelab serve $(DEMO_MODEL) --port $(PORT)
 
 test: build test-unit test-san test-fuzz
 
