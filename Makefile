@@ -5,7 +5,7 @@ BUILD      ?= build
 BUILD_SAN  ?= build-san
 BUILD_FUZZ ?= build-fuzz
 JOBS       ?= $(shell nproc)
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 20
 DEMO_MODEL ?= models/small
 PROMPT     ?= The quick brown fox
 

@@ -6,7 +6,7 @@
  *       [--max-request-bytes N] [--max-waiting-requests N] [--disable-log-stats] [engine flags]
  *
  * MODEL_DIR may also be given as --model. The API key also comes from
- * VLLM_API_KEY. An unknown flag is a usage error naming the closest valid one.
+ * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s). An unknown flag is a usage error naming the closest valid one.
  * SIGINT/SIGTERM stop gracefully: no new connections, in-flight requests get
  * a grace period, then the rest are aborted and the process exits 0.
  */
@@ -126,6 +126,10 @@ int cli_serve(int argc, char **argv) {
         model = argv[optind];
     }
     if (!model) cli_usage_error(serve_usage, "the following arguments are required: MODEL_DIR (or --model)");
+    /* vLLM's uvicorn keep-alive timeout (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): idle
+     * connections, slow clients included, are closed after it. */
+    const char *ka = getenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE");
+    if (ka && *ka) sc.connection_timeout_s = (unsigned)cli_parse_int("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", ka, 1, 3600);
     const char *env_key = getenv("VLLM_API_KEY");
     if (n_keys == 0 && env_key && *env_key) {
         keys = sl_realloc(keys, sizeof *keys);

@@ -31,10 +31,10 @@ typedef struct {
     int32_t max_model_len;
     bool log_requests;                 /* --enable-log-requests */
     int32_t max_log_len;               /* -1 = unlimited */
-    double keepalive_s;                /* SSE comment / disconnect check period (5) */
+    double keepalive_s;                /* SSE comment / disconnect check period (2) */
     unsigned connection_limit;         /* 8192 */
     unsigned listen_backlog;           /* 4096 */
-    unsigned connection_timeout_s;     /* idle connections are closed after this (30) */
+    unsigned connection_timeout_s;     /* idle connections are closed after this (5) */
     unsigned n_threads;                /* HTTP threads (2) */
     const char *generation_config_dir; /* NULL = none ("vllm"); else defaults from its generation_config.json */
 } server_config_t;

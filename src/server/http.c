@@ -272,10 +272,10 @@ void server_config_default(server_config_t *c) {
     c->port = 8000;
     c->max_request_bytes = 32ll << 20;
     c->max_log_len = -1;
-    c->keepalive_s = 5.0;
+    c->keepalive_s = 2.0;          /* below the idle timeout, so waiting streams stay open */
     c->connection_limit = 8192;
     c->listen_backlog = 4096;
-    c->connection_timeout_s = 30;
+    c->connection_timeout_s = 5;  /* vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE default */
     c->n_threads = 2;
 }
 
