@@ -70,6 +70,11 @@ typedef struct {
 int sl_mmap_open(const char *path, sl_mmap_t *out, sl_err_t *err);
 void sl_mmap_close(sl_mmap_t *m);
 
+/* Formats a finite `x` as Python's repr(float) does ("0.1", "-1.0", "1e-05",
+ * "3e+20"): the shortest decimal that reads back as the same value (as a
+ * float32 when `as_float32`), fixed notation for exponents -4..15. */
+void sl_format_py_float(double x, int as_float32, char *out, size_t cap);
+
 /* Joins a directory and a file name into `out` (cap bytes). Returns -1 if it
  * does not fit. */
 int sl_path_join(char *out, size_t cap, const char *dir, const char *name);

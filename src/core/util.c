@@ -109,3 +109,44 @@ int sl_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+void sl_format_py_float(double x, int as_float32, char *out, size_t cap) {
+    char sci[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(sci, sizeof sci, "%.*e", prec - 1, x);
+        if (as_float32 ? strtof(sci, NULL) == (float)x : strtod(sci, NULL) == x) break;
+    }
+    /* sci is "[-]d[.ddd]e[+-]XX": sign, digits, decimal exponent. */
+    const char *s = sci;
+    int neg = *s == '-';
+    if (neg) s++;
+    char dig[24];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.' && nd < 24) dig[nd++] = *s;
+    int e10 = atoi(s + 1);
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    char buf[64];
+    size_t n = 0;
+    if (neg) buf[n++] = '-';
+    if (e10 < -4 || e10 >= 16) { /* Python switches to exponent form here */
+        buf[n++] = dig[0];
+        if (nd > 1) buf[n++] = '.';
+        for (int i = 1; i < nd; i++) buf[n++] = dig[i];
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
+    } else if (e10 < 0) {
+        buf[n++] = '0';
+        buf[n++] = '.';
+        for (int i = 0; i < -e10 - 1; i++) buf[n++] = '0';
+        for (int i = 0; i < nd; i++) buf[n++] = dig[i];
+    } else {
+        for (int i = 0; i <= e10; i++) buf[n++] = i < nd ? dig[i] : '0';
+        buf[n++] = '.';
+        if (nd > e10 + 1)
+            for (int i = e10 + 1; i < nd; i++) buf[n++] = dig[i];
+        else
+            buf[n++] = '0';
+    }
+    buf[n] = '\0';
+    snprintf(out, cap, "%s", buf);
+}

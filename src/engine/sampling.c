@@ -46,52 +46,9 @@ void sampling_params_default(sampling_params_t *p) {
  * exactly like vLLM's f-strings. The digits are the shortest that give back
  * the same float32 (what we store), which are those of the JSON number. */
 static void py_float_repr(char *out, size_t cap, float x) {
-    if (isnan(x)) {
-        snprintf(out, cap, "nan");
-        return;
-    }
-    if (isinf(x)) {
-        snprintf(out, cap, "%s", x > 0 ? "inf" : "-inf");
-        return;
-    }
-    char sci[40];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(sci, sizeof sci, "%.*e", prec - 1, (double)x);
-        if (strtof(sci, NULL) == x) break;
-    }
-    /* sci is "[-]d[.ddd]e[+-]XX": split it into sign, digits and exponent. */
-    const char *s = sci;
-    bool neg = *s == '-';
-    if (neg) s++;
-    char dig[16];
-    int nd = 0;
-    for (; *s && *s != 'e'; s++)
-        if (*s != '.') dig[nd++] = *s;
-    int e10 = atoi(s + 1);
-    while (nd > 1 && dig[nd - 1] == '0') nd--;
-    char buf[64];
-    size_t n = 0;
-    if (neg) buf[n++] = '-';
-    if (e10 < -4 || e10 >= 16) { /* Python switches to exponent form here */
-        buf[n++] = dig[0];
-        if (nd > 1) buf[n++] = '.';
-        for (int i = 1; i < nd; i++) buf[n++] = dig[i];
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
-    } else if (e10 < 0) {
-        buf[n++] = '0';
-        buf[n++] = '.';
-        for (int i = 0; i < -e10 - 1; i++) buf[n++] = '0';
-        for (int i = 0; i < nd; i++) buf[n++] = dig[i];
-    } else {
-        for (int i = 0; i <= e10; i++) buf[n++] = i < nd ? dig[i] : '0';
-        buf[n++] = '.';
-        if (nd > e10 + 1)
-            for (int i = e10 + 1; i < nd; i++) buf[n++] = dig[i];
-        else
-            buf[n++] = '0';
-    }
-    buf[n] = '\0';
-    snprintf(out, cap, "%s", buf);
+    if (isnan(x)) snprintf(out, cap, "nan");
+    else if (isinf(x)) snprintf(out, cap, "%s", x > 0 ? "inf" : "-inf");
+    else sl_format_py_float((double)x, 1, out, cap);
 }
 
 /* vLLM's message for ids outside the vocabulary ("token_id(s) [5000, 7000] in

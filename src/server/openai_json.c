@@ -77,43 +77,9 @@ void sb_py_float(oai_sb_t *b, double x) {
         sb_puts(b, x > 0 ? "Infinity" : "-Infinity");
         return;
     }
-    char sci[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(sci, sizeof sci, "%.*e", prec - 1, x);
-        if (strtod(sci, NULL) == x) break;
-    }
-    /* sci is "[-]d[.ddd]e[+-]XX": sign, digits, decimal exponent. */
-    const char *s = sci;
-    bool neg = *s == '-';
-    if (neg) s++;
-    char dig[24];
-    int nd = 0;
-    for (; *s && *s != 'e'; s++)
-        if (*s != '.') dig[nd++] = *s;
-    int e10 = atoi(s + 1);
-    while (nd > 1 && dig[nd - 1] == '0') nd--;
     char out[64];
-    size_t n = 0;
-    if (neg) out[n++] = '-';
-    if (e10 < -4 || e10 >= 16) {
-        out[n++] = dig[0];
-        if (nd > 1) out[n++] = '.';
-        for (int i = 1; i < nd; i++) out[n++] = dig[i];
-        n += (size_t)snprintf(out + n, sizeof out - n, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
-    } else if (e10 < 0) {
-        out[n++] = '0';
-        out[n++] = '.';
-        for (int i = 0; i < -e10 - 1; i++) out[n++] = '0';
-        for (int i = 0; i < nd; i++) out[n++] = dig[i];
-    } else {
-        for (int i = 0; i <= e10; i++) out[n++] = i < nd ? dig[i] : '0';
-        out[n++] = '.';
-        if (nd > e10 + 1)
-            for (int i = e10 + 1; i < nd; i++) out[n++] = dig[i];
-        else
-            out[n++] = '0';
-    }
-    sb_put(b, out, n);
+    sl_format_py_float(x, 0, out, sizeof out);
+    sb_puts(b, out);
 }
 
 char *sb_take(oai_sb_t *b, size_t *len_out) {
