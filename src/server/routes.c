@@ -63,6 +63,12 @@ int routes_init(struct server *s, sl_err_t *err) {
         free(rs);
         return -1;
     }
+    const oai_gen_defaults_t *g = &c->gen;
+    if (g->has_temperature || g->has_top_p || g->has_top_k || g->has_min_p || g->has_repetition_penalty ||
+        g->max_new_tokens > 0)
+        LOG_WARNING("Default sampling parameters have been overridden by the model's Hugging Face generation "
+                    "config recommended from the model creator. If this is not intended, please relaunch "
+                    "with `--generation-config vllm`.");
     pthread_mutex_init(&rs->rng_mu, NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
