@@ -287,27 +287,28 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
     return st;
 }
 
-engine_output_t *engine_stream_next(engine_stream_t *st) {
-    pthread_mutex_lock(&st->mu);
-    while (!st->head && st->n_live > 0) pthread_cond_wait(&st->cv, &st->mu);
+/* Takes the oldest queued event; the caller holds st->mu. */
+static engine_output_t *pop_locked(engine_stream_t *st) {
     engine_output_t *o = st->head;
     if (o) {
         st->head = o->next;
         if (!st->head) st->tail = NULL;
         o->next = NULL;
     }
+    return o;
+}
+
+engine_output_t *engine_stream_next(engine_stream_t *st) {
+    pthread_mutex_lock(&st->mu);
+    while (!st->head && st->n_live > 0) pthread_cond_wait(&st->cv, &st->mu);
+    engine_output_t *o = pop_locked(st);
     pthread_mutex_unlock(&st->mu);
     return o;
 }
 
 engine_output_t *engine_stream_try_next(engine_stream_t *st) {
     pthread_mutex_lock(&st->mu);
-    engine_output_t *o = st->head;
-    if (o) {
-        st->head = o->next;
-        if (!st->head) st->tail = NULL;
-        o->next = NULL;
-    }
+    engine_output_t *o = pop_locked(st);
     pthread_mutex_unlock(&st->mu);
     return o;
 }

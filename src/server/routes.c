@@ -137,12 +137,19 @@ static void log_received(http_req_t *r, route_job_t *j) {
             n += snprintf(ids + n, sizeof ids - (size_t)n, "%s%d", k ? ", " : "", p->ids[k]);
         snprintf(ids + n, sizeof ids - (size_t)n, "%s]", shown < p->n_ids ? ", ..." : "");
         const sampling_params_t *sp = &j->req.params;
-        LOG_INFO("Received request %s%s: prompt: '%.*s', params: SamplingParams(n=%d, temperature=%g, "
-                 "top_p=%g, top_k=%d, min_p=%g, seed=%s, max_tokens=%d, min_tokens=%d, logprobs=%s), "
+        char seed[24] = "None", logprobs[16] = "None", suffix[16] = "";
+        if (sp->has_seed) snprintf(seed, sizeof seed, "%llu", (unsigned long long)sp->seed);
+        if (sp->logprobs >= 0) snprintf(logprobs, sizeof logprobs, "%d", sp->logprobs);
+        if (j->req.n_prompts > 1) snprintf(suffix, sizeof suffix, "-%d", i); /* vLLM: one id per prompt */
+        char temp[32], top_p[32], min_p[32]; /* Python's float repr, as vLLM's log prints them */
+        sl_format_py_float(sp->temperature, 1, temp, sizeof temp);
+        sl_format_py_float(sp->top_p, 1, top_p, sizeof top_p);
+        sl_format_py_float(sp->min_p, 1, min_p, sizeof min_p);
+        LOG_INFO("Received request %s%s: prompt: '%.*s', params: SamplingParams(n=%d, temperature=%s, "
+                 "top_p=%s, top_k=%d, min_p=%s, seed=%s, max_tokens=%d, min_tokens=%d, logprobs=%s), "
                  "prompt_token_ids: %s, lora_request: None.",
-                 j->id, j->req.n_prompts > 1 ? "" : "", plen, p->text ? p->text : "", sp->n,
-                 sp->temperature, sp->top_p, sp->top_k, sp->min_p, sp->has_seed ? "set" : "None",
-                 p->max_tokens, sp->min_tokens, sp->logprobs >= 0 ? "set" : "None", ids);
+                 j->id, suffix, plen, p->text ? p->text : "", sp->n, temp, top_p, sp->top_k, min_p, seed,
+                 p->max_tokens, sp->min_tokens, logprobs, ids);
     }
 }
 

@@ -238,7 +238,7 @@ def main():
         def hang_up(seed):
             rnd = random.Random(seed)
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-            b = json.dumps({"model": NAME, "prompt": "Story " * rnd.randint(1, 40), "max_tokens": 200,
+            b = json.dumps({"model": NAME, "prompt": "Story " * rnd.randint(1, 40), "max_tokens": 400,
                             "stream": rnd.random() < 0.7, "ignore_eos": True}).encode()
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
                       b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
@@ -255,6 +255,13 @@ def main():
                 pass
             s.close()
 
+        def big_request():
+            t0 = time.time()
+            out = client.completions.create(model=NAME, prompt=[1] + [5] * 300, max_tokens=170, temperature=0,
+                                            extra_body={"ignore_eos": True})
+            return out, time.time() - t0
+
+        _, baseline_s = big_request()
         threads = [threading.Thread(target=hang_up, args=(i,)) for i in range(60)]
         for t in threads:
             t.start()
@@ -262,10 +269,13 @@ def main():
             t.join()
         time.sleep(1.0)
         # 40 blocks of 16 tokens: this needs 30 of them, so it only fits if every aborted request let go.
-        big_req = client.completions.create(model=NAME, prompt=[1] + [5] * 300, max_tokens=170, temperature=0,
-                                            extra_body={"ignore_eos": True})
-        check("after 60 hang-ups a 470-token request still fits the KV pool",
-              big_req.choices[0].finish_reason == "length" and big_req.usage.completion_tokens == 170, big_req.usage)
+        # The 60 abandoned requests would hold the small pool for a long time (up to 400
+        # tokens each, with preemptions) if their aborts did not free it: a request needing
+        # most of the pool must run about as fast as it did before them.
+        big_req, after_s = big_request()
+        check("after 60 hang-ups a 470-token request runs at once (aborts freed the pool)",
+              big_req.choices[0].finish_reason == "length" and big_req.usage.completion_tokens == 170 and
+              after_s < 3 * baseline_s + 2.0, (big_req.usage, round(baseline_s, 2), round(after_s, 2)))
         check("server is healthy after the hostile clients", raw(srv.base, "GET", "/health")[0] == 200)
         logs = srv.logs()
         check("vLLM request log lines", "Received request cmpl-" in logs and "Aborted request" in logs and
@@ -286,8 +296,8 @@ def main():
         statuses = []
 
         def one(i):
-            time.sleep(0.15 * i)
-            body = json.dumps({"model": NAME, "prompt": "Load " * 8, "max_tokens": 60, "ignore_eos": True}).encode()
+            time.sleep(0.1 * i)
+            body = json.dumps({"model": NAME, "prompt": "Load " * 8, "max_tokens": 400, "ignore_eos": True}).encode()
             try:
                 st, hd, data = raw(srv2.base, "POST", "/v1/completions", body, auth)
                 statuses.append((st, hd.get("Retry-After"), data[:120]))

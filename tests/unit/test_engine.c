@@ -245,6 +245,30 @@ static void test_abort_while_waiting_mid_prefill_and_mid_decode_frees_blocks(voi
     rig_free(&g);
 }
 
+/* The server's path for a client that hangs up: it releases a stream that is
+ * still running, and the engine must abort it and free its blocks. */
+static void test_releasing_a_live_stream_aborts_it_and_frees_blocks(void) {
+    rig_t g;
+    rig_init(&g, &(run_cfg_t){0});
+    req_spec_t r = {0};
+    greedy(&r, 40, 100);
+    r.params.n = 2;
+    sl_err_t err;
+    engine_stream_t *st = engine_submit(g.e, r.prompt, r.n_prompt, &r.params, &err);
+    for (int k = 0; k < 5; k++) engine_step(g.e);
+    engine_stats_t s;
+    engine_get_stats(g.e, &s);
+    CHECK(s.kv_usage > 0.0 && s.n_running == 2);
+    engine_stream_release(g.e, st); /* no drain: the client is gone */
+    engine_step(g.e);
+    engine_get_stats(g.e, &s);
+    CHECK(s.kv_usage == 0.0);
+    CHECK_EQ_INT(s.n_running + s.n_waiting, 0);
+    CHECK(!engine_step(g.e));
+    rig_free(&g);
+    sampling_params_free(&r.params);
+}
+
 static void test_preempted_request_with_n_siblings_keeps_its_tokens(void) {
     req_spec_t r = {0};
     greedy(&r, 30, 40);
@@ -394,6 +418,7 @@ int main(void) {
     RUN(test_fully_cached_prompt_recomputes_last_block);
     RUN(test_prompt_shapes_around_blocks_and_budget_give_same_tokens);
     RUN(test_abort_while_waiting_mid_prefill_and_mid_decode_frees_blocks);
+    RUN(test_releasing_a_live_stream_aborts_it_and_frees_blocks);
     RUN(test_preempted_request_with_n_siblings_keeps_its_tokens);
     RUN(test_stop_string_split_across_tokens_and_on_the_last_token);
     RUN(test_eos_at_the_first_token_finishes_with_stop);
