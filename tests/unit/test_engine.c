@@ -311,9 +311,13 @@ static void test_stop_string_split_across_tokens_and_on_the_last_token(void) {
     }
     memcpy(prefix, t, cut);
     /* A stop string of the 2 bytes before and 2 bytes after the boundary. */
-    char stop[8] = {0};
+    char stop[24] = {0};
     SL_ASSERT(cut >= 2 && cut + 2 <= len);
-    memcpy(stop, t + cut - 2, 4);
+    /* Widen to whole UTF-8 characters: a stop string must be valid UTF-8. */
+    size_t from = cut - 2, to = cut + 2;
+    while (from > 0 && ((unsigned char)t[from] & 0xC0) == 0x80) from--;
+    while (to < len && ((unsigned char)t[to] & 0xC0) == 0x80) to++;
+    memcpy(stop, t + from, to - from);
     r.params.n_stop = 1;
     r.params.stop = sl_malloc(sizeof(char *));
     r.params.stop[0] = sl_strdup(stop);
