@@ -143,7 +143,9 @@ void engine_bundle_load(engine_args_t *a, engine_bundle_t *b) {
     if (llama_init(&b->model, a->model_dir, &a->load, ops, sc->max_num_batched_tokens, sc->max_num_seqs,
                    max_blocks, &err))
         sl_die("%s", err.msg);
+    double t0 = sl_now_s();
     if (!(b->engine = engine_create(&a->engine, &b->model, b->tok, a->seed, &err))) sl_die("%s", err.msg);
+    LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);
 }
 
 void engine_bundle_free(engine_bundle_t *b) {

@@ -6,7 +6,11 @@
  *       [--max-request-bytes N] [--max-waiting-requests N] [--disable-log-stats] [engine flags]
  *
  * MODEL_DIR may also be given as --model. The API key also comes from
- * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s). An unknown flag is a usage error naming the closest valid one.
+ * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s). An
+ * unknown flag is a usage error naming the closest valid one. GET /metrics
+ * serves vLLM's metrics; the "Engine 000: ..." stats line is logged every
+ * VLLM_LOG_STATS_INTERVAL seconds (10); --disable-log-stats turns both the
+ * line and the vllm:* series off, as in vLLM (process_* and http_* remain).
  * SIGINT/SIGTERM stop gracefully: no new connections, in-flight requests get
  * a grace period, then the rest are aborted and the process exits 0.
  */
@@ -20,14 +24,16 @@
 
 #include "cli.h"
 #include "cli_engine.h"
+#include "servelab/metrics.h"
 #include "servelab/server.h"
+#include "servelab/stats_log.h"
 
 static const char *serve_usage =
     "usage: servelab serve MODEL_DIR [--host H] [--port 8000] [--served-model-name NAME ...]\n"
     "                      [--api-key KEY ...] [--chat-template PATH_OR_INLINE]\n"
     "                      [--generation-config auto|vllm|DIR] [--enable-log-requests]\n"
     "                      [--max-log-len N] [--max-request-bytes N] [--max-waiting-requests N]\n"
-    "                      [engine flags]\n";
+    "                      [--disable-log-stats] [engine flags]\n";
 
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
@@ -90,6 +96,7 @@ int cli_serve(int argc, char **argv) {
     const char *model = NULL, *chat_template = NULL, *gencfg = "auto";
     const char **names = NULL, **keys = NULL;
     int n_names = 0, n_keys = 0;
+    bool log_stats = true;
 
     optind = 1;
     opterr = 0;
@@ -115,7 +122,7 @@ int cli_serve(int argc, char **argv) {
         case O_MAXLOG: sc.max_log_len = (int32_t)cli_parse_int("--max-log-len", optarg, 0, INT32_MAX); break;
         case O_MAXBYTES: sc.max_request_bytes = cli_parse_human_int("--max-request-bytes", optarg); break;
         case O_MAXWAIT: sc.max_waiting_requests = (int32_t)cli_parse_int("--max-waiting-requests", optarg, 0, INT32_MAX); break;
-        case O_NOSTATS: break; /* the periodic stats line belongs to the metrics module */
+        case O_NOSTATS: log_stats = false; break;
         case 'h': printf("%s%s", serve_usage, engine_usage); free(opts); return 0;
         default: unknown_flag(opts, argv[optind - 1]);
         }
@@ -177,19 +184,41 @@ int cli_serve(int argc, char **argv) {
     cJSON *special = chat_special_tokens_load(model, &err);
     if (!special) sl_die("%s", err.msg);
 
+    double stats_interval = 10.0;
+    const char *interval_env = getenv("VLLM_LOG_STATS_INTERVAL");
+    if (interval_env && *interval_env) {
+        char *end;
+        stats_interval = strtod(interval_env, &end);
+        if (*end || !(stats_interval > 0) || stats_interval > 86400)
+            sl_die("VLLM_LOG_STATS_INTERVAL=%s: expected a number of seconds > 0", interval_env);
+    }
+
     engine_bundle_t eb;
     engine_bundle_load(&ea, &eb);
     sc.max_model_len = ea.engine.sched.max_model_len;
+    /* As vLLM: process_* first, then the engine's vllm:* (absent with
+     * --disable-log-stats, which turns off every stat logger), then http_*. */
+    metrics_t *metrics = metrics_new();
+    metrics_add_process_collector(metrics);
+    stats_logger_t *stats_logger = NULL;
+    if (log_stats) {
+        engine_enable_metrics(eb.engine, metrics, names[0]);
+        stats_logger = stats_logger_new(eb.engine, stats_interval);
+    }
+    sc.metrics = metrics;
     engine_start(eb.engine);
     server_t *srv = server_start(&sc, eb.engine, eb.tok, tmpl, special, &err);
     if (!srv) sl_die("%s", err.msg);
+    if (stats_logger) stats_logger_start(stats_logger);
 
     int sig = 0;
     sigwait(&sigs, &sig);
     LOG_INFO("Received %s, shutting down (grace period 10 s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stats_logger_free(stats_logger);
     server_stop(srv, 10.0);
     engine_stop(eb.engine);
     engine_bundle_free(&eb);
+    metrics_free(metrics);
     chat_template_free(tmpl);
     cJSON_Delete(special);
     free(names);

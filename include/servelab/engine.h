@@ -70,6 +70,16 @@ void engine_stop(engine_t *e);
 engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_prompt,
                                const sampling_params_t *params, sl_err_t *err);
 
+/* What a client knows of a request beyond its tokens. */
+typedef struct {
+    const char *request_id;         /* named in engine log lines ("cmpl-..."); NULL: a number */
+    double t_arrival;               /* sl_now_s() when the request arrived, before tokenization
+                                     * (TTFT and e2e latency start here); 0: at submission */
+} engine_request_info_t;
+engine_stream_t *engine_submit_ex(engine_t *e, const int32_t *prompt, int32_t n_prompt,
+                                  const sampling_params_t *params, const engine_request_info_t *info,
+                                  sl_err_t *err);
+
 /* Blocks until the next event of the stream; NULL once every choice has
  * finished and all its events were taken. Free events with engine_output_free. */
 engine_output_t *engine_stream_next(engine_stream_t *st);
@@ -101,9 +111,17 @@ typedef struct {
     int32_t n_running, n_waiting;
     double kv_usage;
     int64_t n_preemptions, prefix_queries, prefix_hits;
+    double prefix_hit_rate;         /* hits / queries over the last 1000 admitted requests (vLLM's log) */
     int64_t n_steps, n_prompt_tokens_total, n_generation_tokens_total;
     int32_t n_blocks;
 } engine_stats_t;
 void engine_get_stats(engine_t *e, engine_stats_t *out);
+
+/* Registers vLLM's V1 engine metrics (vllm:*, labels model_name and engine="0")
+ * in `reg` and records them from now on: gauges and counters once per step,
+ * latencies from each request's timestamps (engine_metrics.c says which).
+ * Call before engine_start. */
+struct metrics;
+void engine_enable_metrics(engine_t *e, struct metrics *reg, const char *model_name);
 
 #endif

@@ -40,6 +40,7 @@ typedef struct {
     int64_t map_count;
     /* Prefix-cache counters, in tokens (vllm:prefix_cache_queries/hits_total). */
     int64_t queries, hits;
+    int64_t lookups;        /* requests looked up (vLLM's PrefixCacheStats.requests) */
 } kv_pool_t;
 
 /* The blocks a sequence holds, in order, and how many of them are hashed. */

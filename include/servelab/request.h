@@ -52,8 +52,10 @@ typedef struct request {
     int32_t n_cached_prompt;    /* prompt tokens served from the prefix cache at first admission */
     bool aborted;               /* set by the engine thread when the stream is aborted */
     bool scheduled_once;
-    /* Timestamps, seconds on the monotonic clock (0 = not yet). */
-    double t_arrival, t_first_scheduled, t_first_token, t_last_token, t_finished;
+    /* Timestamps, seconds on the monotonic clock (0 = not yet): arrival at the
+     * server, queued in the scheduler, first scheduled, first and last token. */
+    double t_arrival, t_queued, t_first_scheduled, t_first_token, t_last_token, t_finished;
+    char *request_id;           /* for log lines (shared by the n sequences of one request) */
     struct engine_stream *stream;
 } request_t;
 

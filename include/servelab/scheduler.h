@@ -37,6 +37,7 @@ typedef struct {
     int32_t *n_new;             /* (n) tokens computed for each this step */
     int32_t n_tokens;           /* sum of n_new */
     int32_t n_preempted;        /* preemptions this step */
+    request_t *last_preempted;  /* the last of them */
 } sched_output_t;
 
 typedef struct {

@@ -37,6 +37,7 @@ typedef struct {
     unsigned connection_timeout_s;     /* idle connections are closed after this (5) */
     unsigned n_threads;                /* HTTP threads (2) */
     const char *generation_config_dir; /* NULL = none ("vllm"); else defaults from its generation_config.json */
+    struct metrics *metrics;           /* served on GET /metrics (NULL: 404); the server adds http_* to it */
 } server_config_t;
 
 void server_config_default(server_config_t *c);

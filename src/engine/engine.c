@@ -109,6 +109,11 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
     e->stats.n_blocks = (int32_t)n_blocks;
 
     char a[32], b[32];
+    if (sc->enable_chunked_prefill)
+        LOG_INFO("Chunked prefill is enabled with max_num_batched_tokens=%d.", sc->max_num_batched_tokens);
+    LOG_INFO("Available KV cache memory: %.2f GiB",
+             (double)(cfg->num_gpu_blocks_override > 0 ? n_blocks * (int64_t)block_bytes
+                                                       : cfg->kv_cache_memory_bytes) / (1 << 30));
     if (cfg->num_gpu_blocks_override > 0)
         LOG_INFO("Overriding num_gpu_blocks=%lld with num_gpu_blocks_override=%d", (long long)n_blocks,
                  cfg->num_gpu_blocks_override);
@@ -122,6 +127,7 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
 }
 
 static void request_free(request_t *r) {
+    if (r->index == 0) free(r->request_id); /* shared by the n sequences */
     free(r->tokens);
     kv_seq_blocks_free(&r->blocks);
     detok_free(&r->detok);
@@ -172,9 +178,15 @@ void engine_free(engine_t *e) {
     sched_free(&e->sched);
     kv_pool_free(&e->pool);
     kv_cache_free(&e->kv, e->model);
+    em_free(e->metrics);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
+}
+
+void engine_enable_metrics(engine_t *e, struct metrics *reg, const char *model_name) {
+    SL_ASSERT(!e->thread_running && !e->metrics);
+    e->metrics = em_new(reg, model_name, e);
 }
 
 static bool has_work_locked(engine_t *e) {
@@ -221,6 +233,12 @@ static uint64_t mix_seed(uint64_t a, uint64_t b) {
 
 engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_prompt,
                                const sampling_params_t *params, sl_err_t *err) {
+    return engine_submit_ex(e, prompt, n_prompt, params, NULL, err);
+}
+
+engine_stream_t *engine_submit_ex(engine_t *e, const int32_t *prompt, int32_t n_prompt,
+                                  const sampling_params_t *params, const engine_request_info_t *info,
+                                  sl_err_t *err) {
     const model_config_t *mc = &e->model->cfg;
     int32_t L = e->cfg.sched.max_model_len;
     if (n_prompt <= 0) {
@@ -256,8 +274,18 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
     st->n_seqs = st->n_live = params->n;
     st->seqs = sl_calloc((size_t)params->n, sizeof *st->seqs);
     double now = sl_now_s();
+    double arrival = info && info->t_arrival > 0 && info->t_arrival <= now ? info->t_arrival : now;
     pthread_mutex_lock(&e->mu);
-    uint64_t base_seed = mix_seed(e->seed, e->n_submitted++);
+    uint64_t n_submitted = e->n_submitted++;
+    uint64_t base_seed = mix_seed(e->seed, n_submitted);
+    char *request_id;
+    if (info && info->request_id) {
+        request_id = sl_strdup(info->request_id);
+    } else {
+        char num[24];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)n_submitted);
+        request_id = sl_strdup(num);
+    }
     for (int32_t i = 0; i < params->n; i++) {
         request_t *r = sl_calloc(1, sizeof *r);
         r->index = i;
@@ -273,7 +301,8 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
                    params->include_stop_str_in_output);
         detok_set_min_tokens(&r->detok, params->min_tokens);
         r->stop_index = r->stop_token = -1;
-        r->t_arrival = now;
+        r->t_arrival = arrival;
+        r->request_id = request_id;
         r->stream = st;
         st->seqs[i] = r;
         if (e->n_incoming == e->cap_incoming) {

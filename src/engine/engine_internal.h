@@ -21,6 +21,36 @@ struct engine_stream {
     int in_notify;                  /* notify calls under way (guarded by mu) */
 };
 
+/* vLLM's PrefixCachingMetrics: (requests, queries, hits) per step, the oldest
+ * dropped while more than HIT_WINDOW_REQUESTS requests are covered. */
+#define HIT_WINDOW_REQUESTS 1000
+#define HIT_WINDOW_CAP (HIT_WINDOW_REQUESTS + 1)
+typedef struct {
+    int64_t e[HIT_WINDOW_CAP][3];
+    int32_t head, n;
+    int64_t requests, queries, hits;
+} hit_window_t;
+void hit_window_observe(hit_window_t *w, int64_t requests, int64_t queries, int64_t hits);
+double hit_window_rate(const hit_window_t *w);
+
+/* engine_metrics.c: vLLM's engine metrics (NULL when metrics are off; every
+ * em_* call then does nothing). */
+typedef struct engine_metrics engine_metrics_t;
+typedef struct {
+    bool stepped;                   /* a forward ran (vllm:iteration_tokens_total observes it) */
+    int32_t n_running, n_waiting;
+    double kv_usage, prefix_hit_rate;
+    int64_t d_prompt_tokens, d_generation_tokens, d_preemptions, d_queries, d_hits;
+} em_step_t;
+struct metrics;
+engine_metrics_t *em_new(struct metrics *reg, const char *model_name, const struct engine *e);
+void em_free(engine_metrics_t *em);
+/* r just got its newest token at `now`; prev_token is when it got the one before. */
+void em_token(engine_metrics_t *em, const request_t *r, double now, double prev_token);
+void em_finished(engine_metrics_t *em, const request_t *r);
+void em_parent_finished(engine_metrics_t *em, const struct engine_stream *st);
+void em_flush(engine_metrics_t *em, const em_step_t *s);
+
 struct engine {
     engine_config_t cfg;
     llama_model_t *model;
@@ -48,6 +78,11 @@ struct engine {
     bool thread_running;
     pthread_t thread;
     engine_stats_t stats;           /* snapshot, updated once per step */
+
+    /* Engine thread only. */
+    engine_metrics_t *metrics;
+    hit_window_t hit_window;
+    int64_t seen_preemptions, seen_queries, seen_hits, seen_lookups;
 };
 
 /* step.c */

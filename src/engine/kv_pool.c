@@ -140,6 +140,7 @@ int32_t kv_lookup_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n_tokens, 
         if (id < 0) break;
         out[n++] = id;
     }
+    p->lookups++;
     p->queries += n_tokens;
     p->hits += (int64_t)n * B;
     return n;

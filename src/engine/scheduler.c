@@ -117,6 +117,7 @@ static void preempt(scheduler_t *s, request_t *r) {
     r->n_preemptions++;
     s->n_preemptions++;
     s->out.n_preempted++;
+    s->out.last_preempted = r;
     waiting_push_front(s, r);
 }
 

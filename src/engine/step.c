@@ -50,28 +50,40 @@ static engine_output_t *new_output(const request_t *r, const char *text, size_t 
     return o;
 }
 
-/* Finishes r for a reason other than its own last token (abort, error):
- * releases its blocks and held-back text, posts the final event. */
-void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now) {
+/* Retires a finished sequence: frees its blocks, records it, posts its last
+ * event and, once every sequence of the client's request has finished,
+ * drops the engine's reference to the stream. */
+static void retire(engine_t *e, request_t *r, finish_reason_t why, double now, engine_output_t *last_event) {
     sched_remove(&e->sched, r);
     r->status = REQ_FINISHED;
     r->finish = why;
     r->t_finished = now;
-    size_t from, to;
-    detok_finish(&r->detok, &from, &to);
-    engine_output_t *o = new_output(r, r->detok.text + from, to - from);
-    o->finish = why;
+    last_event->finish = why;
+    em_finished(e->metrics, r);
     engine_stream_t *st = r->stream;
-    engine_post(st, o, true);
+    engine_post(st, last_event, true);
     pthread_mutex_lock(&st->mu);
     bool last = st->n_live == 0;
     pthread_mutex_unlock(&st->mu);
-    if (last) engine_stream_unref(st); /* the engine's reference */
+    if (!last) return;
+    em_parent_finished(e->metrics, st);
+    engine_stream_unref(st); /* the engine's reference */
+}
+
+/* Finishes r for a reason other than its own last token (abort, error):
+ * releases its blocks and held-back text, posts the final event. */
+void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now) {
+    size_t from, to;
+    detok_finish(&r->detok, &from, &to);
+    retire(e, r, why, now, new_output(r, r->detok.text + from, to - from));
 }
 
 static void take_submissions(engine_t *e, double now) {
     pthread_mutex_lock(&e->mu);
-    for (int32_t i = 0; i < e->n_incoming; i++) sched_add(&e->sched, e->incoming[i]);
+    for (int32_t i = 0; i < e->n_incoming; i++) {
+        e->incoming[i]->t_queued = now;
+        sched_add(&e->sched, e->incoming[i]);
+    }
     e->n_incoming = 0;
     int32_t n_aborts = e->n_aborts;
     engine_stream_t **aborts = NULL;
@@ -102,8 +114,10 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     const sampling_params_t *p = &r->params;
     request_append(r, res->token);
     int32_t n_out = request_n_output(r);
+    double prev_token = r->t_last_token;
     if (n_out == 1) r->t_first_token = now;
     r->t_last_token = now;
+    em_token(e->metrics, r, now, prev_token);
 
     finish_reason_t fin = FINISH_NONE;
     bool stop_token = false;
@@ -136,37 +150,57 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     o->n_new = 1;
     o->token = res->token;
     if (p->logprobs >= 0) o->logprobs = *res;
-    o->finish = fin;
-    if (fin == FINISH_NONE) {
-        engine_post(r->stream, o, false);
-        return;
-    }
-    r->finish = fin;
-    r->status = REQ_FINISHED;
-    r->t_finished = now;
-    sched_remove(&e->sched, r);
-    engine_stream_t *st = r->stream;
-    engine_post(st, o, true);
-    pthread_mutex_lock(&st->mu);
-    bool last = st->n_live == 0;
-    pthread_mutex_unlock(&st->mu);
-    if (last) engine_stream_unref(st);
+    if (fin == FINISH_NONE) engine_post(r->stream, o, false);
+    else retire(e, r, fin, now, o);
 }
 
-/* The snapshot engine_get_stats returns; once per step, under the engine's lock. */
+/* Once per step: the snapshot engine_get_stats returns (under the engine's
+ * lock) and the step's metrics (under the registry's). */
 static void publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen) {
+    em_step_t m = {
+        .stepped = steps > 0,
+        .n_running = e->sched.n_running,
+        .kv_usage = kv_pool_usage(&e->pool),
+        .d_prompt_tokens = n_prompt_done,
+        .d_generation_tokens = n_gen,
+        .d_preemptions = e->sched.n_preemptions - e->seen_preemptions,
+        .d_queries = e->pool.queries - e->seen_queries,
+        .d_hits = e->pool.hits - e->seen_hits,
+    };
+    hit_window_observe(&e->hit_window, e->pool.lookups - e->seen_lookups, m.d_queries, m.d_hits);
+    m.prefix_hit_rate = hit_window_rate(&e->hit_window);
+    e->seen_preemptions = e->sched.n_preemptions;
+    e->seen_queries = e->pool.queries;
+    e->seen_hits = e->pool.hits;
+    e->seen_lookups = e->pool.lookups;
+
     pthread_mutex_lock(&e->mu);
     engine_stats_t *st = &e->stats;
-    st->n_running = e->sched.n_running;
-    st->n_waiting = e->sched.n_waiting + e->n_incoming;
-    st->kv_usage = kv_pool_usage(&e->pool);
+    st->n_running = m.n_running;
+    st->n_waiting = m.n_waiting = e->sched.n_waiting + e->n_incoming;
+    st->kv_usage = m.kv_usage;
     st->n_preemptions = e->sched.n_preemptions;
     st->prefix_queries = e->pool.queries;
     st->prefix_hits = e->pool.hits;
+    st->prefix_hit_rate = m.prefix_hit_rate;
     st->n_steps += steps;
     st->n_prompt_tokens_total += n_prompt_done;
     st->n_generation_tokens_total += n_gen;
     pthread_mutex_unlock(&e->mu);
+    em_flush(e->metrics, &m);
+}
+
+/* vLLM V0's preemption warning (V1 has none), every 50th preemption from the
+ * first, so that greps for it find preemption here too. */
+static void warn_preemptions(const scheduler_t *s) {
+    const sched_output_t *o = &s->out;
+    for (int64_t c = s->n_preemptions - o->n_preempted + 1; c <= s->n_preemptions; c++)
+        if ((c - 1) % 50 == 0)
+            LOG_WARNING("Sequence group %s is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+                        "enough KV cache space. This can affect the end-to-end performance. Increase "
+                        "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+                        "total_num_cumulative_preemption=%lld",
+                        o->last_preempted->request_id, (long long)c);
 }
 
 bool engine_step(engine_t *e) {
@@ -177,11 +211,13 @@ bool engine_step(engine_t *e) {
         return false;
     }
     const sched_output_t *so = sched_step(&e->sched, now);
+    if (so->n_preempted > 0) warn_preemptions(&e->sched);
     if (so->n == 0) {
         /* Nothing fits although the pool is idle: only a request larger than the
          * pool can cause this, and submission refuses those; fail it, never spin. */
         if (e->sched.n_running == 0 && e->sched.n_waiting > 0)
             engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
+        publish_stats(e, 0, 0, 0);
         return true;
     }
     runner_prepare(&e->batch, so, e->cfg.block_size);

@@ -50,9 +50,10 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
         return -1;
     double t0 = sl_now_s();
     if (weights_load(model_dir, &m->cfg, ops, opts, &m->w, err)) return -1;
-    LOG_INFO("Loading weights took %.2f seconds", sl_now_s() - t0);
-    LOG_INFO("Model loading took %.4f GiB (%lld parameters)",
-             (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0), (long long)m->w.n_params);
+    double load_s = sl_now_s() - t0;
+    LOG_INFO("Loading weights took %.2f seconds", load_s);
+    LOG_INFO("Model loading took %.4f GiB and %.6f seconds", (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0),
+             load_s);
 
     const model_config_t *c = &m->cfg;
     m->max_tokens = max_tokens;

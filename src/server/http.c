@@ -12,6 +12,7 @@
 #include "http.h"
 
 #include <stdio.h>
+#include "servelab/metrics.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -105,8 +106,73 @@ static http_req_t *req_new(server_t *s, struct MHD_Connection *conn, const char 
     return r;
 }
 
+/* ---- HTTP metrics ------------------------------------------------------------------ */
+
+/* vLLM instruments its app with prometheus-fastapi-instrumentator
+ * (excluded_handlers /metrics /health /load /ping /version): statuses grouped
+ * as "2xx", untemplated paths as handler "none", sizes from Content-Length
+ * only (0 for a streamed response), latency until the response was sent. */
+static void http_metrics_init(server_t *s) {
+    metrics_t *m = s->cfg.metrics;
+    if (!m) return;
+    static const char *const total_labels[] = {"method", "status", "handler"};
+    static const char *const handler_label[] = {"handler"};
+    static const char *const lowr_labels[] = {"method", "handler"};
+    static const double highr[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2,
+                                   2.5,  3,     3.5,  4,     4.5, 5,    7.5, 10,   30, 60};
+    static const double lowr[] = {0.1, 0.5, 1};
+    s->http_total = metrics_add(m, "http_requests_total", "Total number of requests by method, status and handler.",
+                                METRIC_COUNTER, 3, total_labels, NULL, 0, 0);
+    s->http_req_size = metrics_add(m, "http_request_size_bytes",
+                                   "Content length of incoming requests by handler. Only value of header is "
+                                   "respected. Otherwise ignored. No percentile calculated. ",
+                                   METRIC_SUMMARY, 1, handler_label, NULL, 0, 0);
+    s->http_resp_size = metrics_add(m, "http_response_size_bytes",
+                                    "Content length of outgoing responses by handler. Only value of header is "
+                                    "respected. Otherwise ignored. No percentile calculated. ",
+                                    METRIC_SUMMARY, 1, handler_label, NULL, 0, 0);
+    metric_family_t *fh = metrics_add(m, "http_request_duration_highr_seconds",
+                                      "Latency with many buckets but no API specific labels. Made for more "
+                                      "accurate percentile calculations. ",
+                                      METRIC_HISTOGRAM, 0, NULL, highr, (int)(sizeof highr / sizeof highr[0]), 0);
+    s->http_highr = metric_child(fh, NULL);
+    s->http_lowr = metrics_add(m, "http_request_duration_seconds",
+                               "Latency with only few buckets by handler. Made to be only used if aggregation "
+                               "by handler is important. ",
+                               METRIC_HISTOGRAM, 2, lowr_labels, lowr, (int)(sizeof lowr / sizeof lowr[0]), 0);
+}
+
+static void http_metrics_record(http_req_t *r) {
+    server_t *s = r->srv;
+    if (!s->http_total || r->status == 0) return;
+    static const char *const excluded[] = {"/metrics", "/metrics/", "/health", "/load", "/ping", "/version"};
+    static const char *const routes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize",
+                                         "/detokenize"};
+    for (size_t i = 0; i < sizeof excluded / sizeof excluded[0]; i++)
+        if (!strcmp(r->url, excluded[i])) return;
+    const char *handler = "none";
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(r->url, routes[i])) handler = routes[i];
+    char status[8];
+    snprintf(status, sizeof status, "%ux", r->status / 100 % 10);
+    double seconds = sl_now_s() - r->t_start;
+    const char *total_v[] = {r->method, status, handler}, *handler_v[] = {handler}, *lowr_v[] = {r->method, handler};
+    metric_t *total = metric_child(s->http_total, total_v);
+    metric_t *req_size = metric_child(s->http_req_size, handler_v);
+    metric_t *resp_size = metric_child(s->http_resp_size, handler_v);
+    metric_t *lowr = metric_child(s->http_lowr, lowr_v);
+    metrics_lock(s->cfg.metrics);
+    metric_inc_locked(total, 1.0);
+    metric_observe_locked(req_size, (double)r->req_len);
+    metric_observe_locked(resp_size, (double)r->resp_len);
+    metric_observe_locked(s->http_highr, seconds);
+    metric_observe_locked(lowr, seconds);
+    metrics_unlock(s->cfg.metrics);
+}
+
 static void req_free(http_req_t *r) {
     server_t *s = r->srv;
+    http_metrics_record(r);
     routes_release(r); /* aborts unfinished engine work, drops stream notifications */
     pthread_mutex_lock(&s->mu);
     if (r->prev) r->prev->next = r->next;
@@ -150,6 +216,7 @@ static const char *reason_phrase(unsigned status) {
 void http_access_log(http_req_t *r, unsigned status) {
     if (r->logged) return;
     r->logged = true;
+    r->status = status;
     /* uvicorn's access line, as vLLM prints it. */
     sl_log(LOG_INFO, "uvicorn", 0, "%s - \"%s %s HTTP/1.1\" %u %s", r->peer, r->method, r->url, status,
            reason_phrase(status));
@@ -165,6 +232,7 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
     if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
+    r->resp_len = (int64_t)len;
     http_access_log(r, status);
     return ret;
 }
@@ -239,6 +307,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r = req_new(s, conn, method, url);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl) r->req_len = strtoll(cl, NULL, 10);
         if (cl && strtoll(cl, NULL, 10) > s->cfg.max_request_bytes) {
             /* Answer before the body arrives; MHD closes the connection after it. */
             r->too_large = true;
@@ -294,6 +363,7 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
         free(s);
         return NULL;
     }
+    http_metrics_init(s);
 
     struct sockaddr_in addr4;
     struct sockaddr_in6 addr6;
@@ -340,9 +410,14 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
         return NULL;
     }
     if (pthread_create(&s->ticker, NULL, ticker_main, s) != 0) sl_die("cannot start the ticker thread");
-    LOG_INFO("Starting servelab API server on http://%s:%d", cfg->host ? cfg->host : "0.0.0.0", cfg->port);
-    LOG_INFO("Available routes are: /health, /version, /v1/models, /v1/chat/completions, "
-             "/v1/completions, /tokenize, /detokenize");
+    /* vLLM's wording, so that greps for a started server find this one. */
+    LOG_INFO("Starting vLLM API server on http://%s:%d", cfg->host ? cfg->host : "0.0.0.0", cfg->port);
+    static const char *const route_lines[][2] = {
+        {"/health", "GET"}, {"/metrics", "GET"}, {"/version", "GET"}, {"/v1/models", "GET"},
+        {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/tokenize", "POST"},
+        {"/detokenize", "POST"}};
+    for (size_t i = 0; i < sizeof route_lines / sizeof route_lines[0]; i++)
+        LOG_INFO("Route: %s, Methods: %s", route_lines[i][0], route_lines[i][1]);
     sl_log(LOG_INFO, "uvicorn", 0, "Application startup complete.");
     return s;
 }

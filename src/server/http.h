@@ -28,6 +28,9 @@ typedef struct http_req {
     size_t len, cap;
     bool too_large;
     bool logged;
+    unsigned status;                /* of the response queued (0: none yet) */
+    int64_t req_len;                /* the request's Content-Length header (0 without) */
+    int64_t resp_len;               /* its Content-Length (0 when streamed) */
     bool client_gone;
     /* Parking: guarded by mu. */
     pthread_mutex_t mu;
@@ -55,6 +58,9 @@ struct server {
     http_req_t *live;
     int64_t n_inflight;
     struct routes_state *routes;
+    /* prometheus-fastapi-instrumentator's series, as vLLM exposes them. */
+    struct metric_family *http_total, *http_req_size, *http_resp_size, *http_lowr;
+    struct metric *http_highr;
 };
 
 /* http.c */

@@ -1,6 +1,6 @@
 /* routes.c - what each route does: parse with the OpenAI layer, submit, answer.
  *
- * Routes (vLLM's): GET /health, /version, /v1/models; POST /v1/chat/completions,
+ * Routes (vLLM's): GET /health, /metrics, /version, /v1/models; POST /v1/chat/completions,
  * /v1/completions, /tokenize, /detokenize. API keys guard /v1/... only, and a
  * failed check answers 401 {"error":"Unauthorized"} as vLLM does. An unknown
  * path is FastAPI's 404 {"detail":"Not Found"}. A completions request with a
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "servelab/metrics.h"
 #include "servelab/openai.h"
 
 struct routes_state {
@@ -238,6 +239,7 @@ void routes_stream_fill(http_req_t *r) {
 }
 
 static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
+    double t_arrival = sl_now_s(); /* vLLM's arrival: before parsing and tokenization */
     struct server *s = r->srv;
     struct routes_state *rs = s->routes;
     route_job_t *j = sl_calloc(1, sizeof *j);
@@ -284,7 +286,12 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     for (int32_t i = 0; i < j->n_streams; i++) {
         sampling_params_t p = oai_request_params(&j->req, i);
         sl_err_t err;
-        j->streams[i] = engine_submit(s->engine, j->req.prompts[i].ids, j->req.prompts[i].n_ids, &p, &err);
+        char engine_id[160];
+        if (j->n_streams > 1) snprintf(engine_id, sizeof engine_id, "%s-%d", j->id, i);
+        else snprintf(engine_id, sizeof engine_id, "%s", j->id);
+        engine_request_info_t info = {.request_id = engine_id, .t_arrival = t_arrival};
+        j->streams[i] = engine_submit_ex(s->engine, j->req.prompts[i].ids, j->req.prompts[i].n_ids, &p, &info,
+                                         &err);
         if (!j->streams[i]) {
             routes_release(r);
             return routes_error(r, 400, "BadRequestError", err.msg, NULL);
@@ -325,6 +332,18 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         if (!get) return method_not_allowed(r);
         bool alive = engine_is_alive(s->engine);
         return http_respond(r, alive ? 200 : 503, NULL, "", 0, NULL, NULL);
+    }
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/metrics/")) {
+        if (!get) return method_not_allowed(r);
+        if (!s->cfg.metrics) return not_found(r);
+        const char *accept = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept");
+        bool om = metrics_accept_openmetrics(accept);
+        size_t len;
+        char *body = metrics_render(s->cfg.metrics, om, &len);
+        enum MHD_Result ret = http_respond(r, 200, om ? METRICS_CONTENT_TYPE_OPENMETRICS : METRICS_CONTENT_TYPE_TEXT,
+                                           body, len, NULL, NULL);
+        free(body);
+        return ret;
     }
     if (!strcmp(url, "/version")) {
         if (!get) return method_not_allowed(r);
