@@ -154,7 +154,7 @@ static void http_metrics_record(http_req_t *r) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(r->url, routes[i])) handler = routes[i];
     char status[8];
-    snprintf(status, sizeof status, "%ux", r->status / 100 % 10);
+    snprintf(status, sizeof status, "%uxx", r->status / 100 % 10);
     double seconds = sl_now_s() - r->t_start;
     const char *total_v[] = {r->method, status, handler}, *handler_v[] = {handler}, *lowr_v[] = {r->method, handler};
     metric_t *total = metric_child(s->http_total, total_v);

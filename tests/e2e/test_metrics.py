@@ -376,6 +376,8 @@ def main():
                    prom.query("count_over_time(vllm:num_requests_running[1m])")[0]["value"][1] >= "2",
                    timeout=30, log=prom.logs)
         ttfts, itls, lock = [], [], threading.Lock()
+        sent = {"/v1/completions": 0, "/v1/chat/completions": 0}
+        http_before = get(srv.base + "/metrics")[2].decode()
         deadline = time.time() + args.load_seconds
         shared = "You are a careful assistant. " * 6
 
@@ -391,6 +393,7 @@ def main():
                 body.update(max_tokens=40 + 13 * ((k * 7 + i) % 9), ignore_eos=True, temperature=0.7)
                 ttft, gaps, _, _ = stream(srv.base, body, chat=chat, hang_up_after=hang)
                 with lock:
+                    sent["/v1/chat/completions" if chat else "/v1/completions"] += 1
                     if ttft is not None:
                         ttfts.append(ttft)
                     itls.extend(gaps)
@@ -431,6 +434,12 @@ def main():
                       f"prometheus {est:.4f}, clients {want:.4f}, bucket range [{lo}, {hi}]")
         prom.stop()
         prom = None
+        http_after = get(srv.base + "/metrics")[2].decode()
+        moved = {h: series(http_after, "http_requests_total", handler=h, method="POST", status="2xx") -
+              (series(http_before, "http_requests_total", handler=h, method="POST", status="2xx") or 0)
+              for h in sent}
+        check("http_requests_total{status=\"2xx\"} counts every request by handler", moved == sent and
+              series(http_after, "http_requests_total", handler="/metrics") is None, (moved, sent))
 
         # ---- 3. accuracy -------------------------------------------------------------------
         wait_until("an idle server", lambda: series(get(srv.base + "/metrics")[2].decode(),
