@@ -400,5 +400,8 @@ void engine_stream_release(engine_t *e, engine_stream_t *st) {
 void engine_get_stats(engine_t *e, engine_stats_t *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;
+    /* Submissions the engine has not taken yet wait too (admission control
+     * must see them before the next step). */
+    out->n_waiting = e->stats_sched_waiting + e->n_incoming;
     pthread_mutex_unlock(&e->mu);
 }

@@ -78,6 +78,7 @@ struct engine {
     bool thread_running;
     pthread_t thread;
     engine_stats_t stats;           /* snapshot, updated once per step */
+    int32_t stats_sched_waiting;    /* the scheduler's waiting count in that snapshot */
 
     /* Engine thread only. */
     engine_metrics_t *metrics;

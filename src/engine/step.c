@@ -177,6 +177,7 @@ static void publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
     pthread_mutex_lock(&e->mu);
     engine_stats_t *st = &e->stats;
     st->n_running = m.n_running;
+    e->stats_sched_waiting = e->sched.n_waiting;
     st->n_waiting = m.n_waiting = e->sched.n_waiting + e->n_incoming;
     st->kv_usage = m.kv_usage;
     st->n_preemptions = e->sched.n_preemptions;

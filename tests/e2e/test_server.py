@@ -305,6 +305,39 @@ def main():
     check("unknown flag names the closest one", res.returncode == 2 and "did you mean --port?" in res.stderr,
           res.stderr[-300:])
 
+    # Admission control. One sequence at a time and 3 waiting at most; 30 clients released together.
+    # Each admitted request decodes 200 tokens, so the engine can start at most a few of them while
+    # the burst arrives: requests beyond 1 running + 3 waiting must be refused with 503 and
+    # Retry-After, the admitted ones must complete, and the server must serve again afterwards.
+    adm = Server(args.servelab, args.model, "--max-num-seqs", "1", "--max-waiting-requests", "3")
+    try:
+        barrier = threading.Barrier(30)
+        outcomes = [None] * 30
+        body = json.dumps({"model": NAME, "prompt": [1, 5, 6, 7], "max_tokens": 200, "ignore_eos": True}).encode()
+
+        def burst(i):
+            barrier.wait()
+            outcomes[i] = raw(adm.base, "POST", "/v1/completions", body, auth)
+        threads = [threading.Thread(target=burst, args=(i,)) for i in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        refused = [o for o in outcomes if o[0] == 503]
+        served = [o for o in outcomes if o[0] == 200]
+        err = json.loads(refused[0][2]) if refused else {}
+        check("admission control: 503 + Retry-After + OpenAI error body beyond --max-waiting-requests",
+              refused and len(served) + len(refused) == 30 and len(served) >= 4 and
+              all(o[1].get("Retry-After") == "1" for o in refused) and
+              err.get("error", {}).get("code") == 503 and "--max-waiting-requests" in err["error"]["message"],
+              ([o[0] for o in outcomes], err))
+        check("admission control: admitted requests complete",
+              all(json.loads(o[2])["usage"]["completion_tokens"] == 200 for o in served))
+        check("admission control: served again once the queue drained",
+              raw(adm.base, "POST", "/v1/completions", body, auth)[0] == 200)
+    finally:
+        adm.stop()
+
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
