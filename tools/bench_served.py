@@ -6,7 +6,9 @@ sockets; random token-id prompts of --input-len, --output-len tokens each,
 ignore_eos), then runs `servelab bench throughput` offline on the same shape
 of workload, and prints: both output-token rates and their ratio; the CPU
 time of the server's HTTP threads (libmicrohttpd's, by name) per streamed
-token; and the client-side TTFT p50/p99. A benchmark: it prints figures.
+token; the client-side TTFT p50/p99; and the TTFT the HTTP layer adds (mean
+client TTFT minus the server's own vllm:time_to_first_token_seconds, which
+starts once the body is read). A benchmark: it prints figures.
 
     python3 tools/bench_served.py build/servelab models/small --clients 256
 """
@@ -44,6 +46,13 @@ def http_thread_cpu_s(pid):
         if comm.startswith("MHD"):
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def server_ttft(port):
+    """(sum, count) of the server's TTFT histogram: arrival (after the body) -> first token queued."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    get = lambda s: float(re.search("^vllm:time_to_first_token_seconds_" + s + r"\{.*\} (\S+)$", text, re.M).group(1))
+    return get("sum"), get("count")
 
 
 async def client(port, prompt, max_tokens, ttfts, counts):
@@ -89,6 +98,7 @@ def main():
         rnd = random.Random(0)
         prompts = [[rnd.randrange(3, 1000) for _ in range(args.input_len)] for _ in range(args.clients)]
         ttfts, counts = [], []
+        ttft0 = server_ttft(port)
         cpu0 = http_thread_cpu_s(proc.pid)
         t0 = time.perf_counter()
 
@@ -97,6 +107,7 @@ def main():
         asyncio.run(run())
         wall = time.perf_counter() - t0
         http_cpu = http_thread_cpu_s(proc.pid) - cpu0
+        ttft1 = server_ttft(port)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -113,6 +124,10 @@ def main():
     print(f"served / offline: {served / offline:.2f}x")
     print(f"HTTP threads' CPU per streamed token: {http_cpu / max(tokens, 1) * 1e6:.1f} us")
     print(f"TTFT p50 {statistics.median(ttfts) * 1e3:.1f} ms, p99 {ttfts[int(0.99 * (len(ttfts) - 1))] * 1e3:.1f} ms")
+    engine_mean = (ttft1[0] - ttft0[0]) / max(ttft1[1] - ttft0[1], 1)
+    client_mean = statistics.mean(ttfts)
+    print(f"TTFT mean: clients {client_mean * 1e3:.2f} ms, server's vllm:time_to_first_token_seconds "
+          f"{engine_mean * 1e3:.2f} ms: HTTP adds {(client_mean - engine_mean) * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ typedef struct {
     int64_t rows, cols;
 } sl_weight_t;
 
-/* The batch metadata as the attention op reads it (backend memory). */
+/* The batch metadata as the attention op reads it: counts are host values,
+ * arrays backend memory. */
 typedef struct {
     int32_t n_tokens, n_seqs, max_blocks;
+    int32_t max_seq_len, max_query_len; /* largest seq_lens[s] and query length this step */
     const int32_t *positions;    /* (T) */
     const int32_t *query_start;  /* (S+1) */
     const int32_t *seq_lens;     /* (S) */

@@ -157,8 +157,15 @@ void llama_forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, 
     SL_ASSERT(T > 0 && T <= m->max_tokens && b->n_seqs <= m->max_seqs);
     SL_ASSERT(b->max_blocks <= m->max_blocks && b->n_logits <= b->n_seqs);
     upload_batch(m, b);
+    int32_t max_seq_len = 0, max_query_len = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        if (b->seq_lens[s] > max_seq_len) max_seq_len = b->seq_lens[s];
+        int32_t q = b->query_start[s + 1] - b->query_start[s];
+        if (q > max_query_len) max_query_len = q;
+    }
     sl_attn_meta_t meta = {.n_tokens = (int32_t)T, .n_seqs = b->n_seqs,
-                           .max_blocks = b->max_blocks, .positions = m->d_positions,
+                           .max_blocks = b->max_blocks, .max_seq_len = max_seq_len,
+                           .max_query_len = max_query_len, .positions = m->d_positions,
                            .query_start = m->d_query_start, .seq_lens = m->d_seq_lens,
                            .block_tables = m->d_block_tables};
 

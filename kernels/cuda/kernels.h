@@ -1,0 +1,69 @@
+/* kernels.h - the CUDA kernels' C launchers (kernels/cuda/*.cu).
+ *
+ * Plain C, no CUDA types: pointers are device memory, `stream` is a
+ * cudaStream_t passed as void *. Activations, norm weights and the KV cache
+ * are in `dt` (DTYPE_F32, DTYPE_BF16 or DTYPE_F16); every sum is fp32. Each
+ * launcher enqueues its work on `stream` and returns 0, or the cudaError_t
+ * of the launch (never synchronizes, never exits). Shapes and semantics are
+ * exactly those of the ops table (include/servelab/ops.h) and of the CPU
+ * twins in kernels/cpu/ops_cpu.h, against which tests/kernels checks each.
+ */
+#ifndef SERVELAB_KERNELS_CUDA_H
+#define SERVELAB_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "servelab/config.h"
+#include "servelab/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out(T, n) = table(V, n)[ids[t]] */
+int slk_embed(void *out, const void *table, const int32_t *ids, int64_t T, int64_t n, sl_dtype_t dt,
+              void *stream);
+/* out(T, n) = in * rsqrt(mean(in^2) + eps) * w(n); out may alias in */
+int slk_rmsnorm(void *out, const void *in, const void *w, int64_t T, int64_t n, float eps, sl_dtype_t dt,
+                void *stream);
+/* Fused residual add + RMSNorm: x(T, n) += y, then out = rmsnorm(x) * w. */
+int slk_add_rmsnorm(void *x, void *out, const void *y, const void *w, int64_t T, int64_t n, float eps,
+                    sl_dtype_t dt, void *stream);
+/* x(n) += y(n) */
+int slk_add(void *x, const void *y, int64_t n, sl_dtype_t dt, void *stream);
+/* out(n) = silu(gate(n)) * up(n); out may alias gate */
+int slk_silu_mul(void *out, const void *gate, const void *up, int64_t n, sl_dtype_t dt, void *stream);
+/* out(S, n) = in[idx[s]] */
+int slk_gather_rows(void *out, const void *in, const int32_t *idx, int64_t S, int64_t n, sl_dtype_t dt,
+                    void *stream);
+/* Rotates q(T, H, D) and k(T, Hkv, D) in place (rotate-half pairs (i, i + D/2),
+ * angle = pos * theta^(-2i/D) / scale). */
+int slk_rope(void *q, void *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+             float theta, float scale, sl_dtype_t dt, void *stream);
+/* k_cache/v_cache (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); a slot < 0 skips the token. */
+int slk_kv_write(void *k_cache, void *v_cache, const void *k, const void *v, const int64_t *slot_mapping,
+                 int64_t T, int64_t Hkv, int64_t D, sl_dtype_t dt, void *stream);
+/* slk_rope then slk_kv_write in one pass (q and k are rotated in place too). */
+int slk_rope_kv_write(void *q, void *k, const void *v, void *k_cache, void *v_cache, const int32_t *positions,
+                      const int64_t *slot_mapping, int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
+                      float scale, sl_dtype_t dt, void *stream);
+
+/* Paged attention, out(T, H, D), as ops.h's attention: token t of sequence s
+ * attends to positions 0..positions[t] of s through its block table; query
+ * head h reads KV head h / (H / Hkv). `meta`'s arrays are device memory, its
+ * counts (incl. max_seq_len, max_query_len) host values. A step whose every
+ * sequence has one query token takes the decode kernel (split along the
+ * context into partitions, then reduced); any other the varlen prefill
+ * kernel (query tiles, online softmax over KV tiles). `workspace` holds the
+ * split partials: at least slk_attention_workspace_bytes(meta, H, D). */
+size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t D);
+int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const sl_attn_meta_t *meta,
+                  int64_t H, int64_t Hkv, int64_t D, int64_t block_size, float scale, sl_dtype_t dt,
+                  void *workspace, size_t workspace_bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
