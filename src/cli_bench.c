@@ -15,6 +15,9 @@
  *   servelab bench scheduler [--running 256,1024] [--steps 200]
  *     host time of one scheduler step plus building its flat batch, with N
  *     requests decoding (no model): the per-step overhead the engine adds.
+ *   servelab bench serve [--base-url URL] [vLLM's flags]   (src/bench/serve.c)
+ *     the load generator: `vllm bench serve` against any OpenAI-compatible server.
+ *   servelab bench compare BASE.json NEW.json [--gate NAME=+P% ...]   (src/bench/compare.c)
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "bench_cli.h"
 #include "cli_engine.h"
 #include "servelab/runner.h"
 
@@ -32,7 +36,9 @@ static const char *bench_usage =
     "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N] [engine flags]\n"
     "       servelab bench throughput MODEL_DIR [--num-prompts N] [--input-len N] [--output-len N]\n"
     "                [--random-range-ratio R] [--prefix-len N] [--compare batching|prefix-caching] [engine flags]\n"
-    "       servelab bench scheduler [--running 256,1024] [--steps N]\n";
+    "       servelab bench scheduler [--running 256,1024] [--steps N]\n"
+    "       servelab bench serve [--base-url URL | --host H --port P] [flags]   (--help for all)\n"
+    "       servelab bench compare BASE.json NEW.json [--gate NAME=+P%|NAME=-P% ...]\n";
 
 enum { O_THREADS = 256, O_IN, O_OUT, O_NUM, O_RATIO, O_PREFIX, O_COMPARE, O_RUNNING, O_STEPS };
 static const struct option bench_options[] = {
@@ -355,7 +361,10 @@ static int bench_scheduler(bench_args_t *a) {
 }
 
 int cli_bench(int argc, char **argv) {
-    if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput or scheduler");
+    if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput, scheduler, serve or compare");
+    /* The load generator and the comparison take no engine flags. */
+    if (!strcmp(argv[1], "serve")) return bench_serve_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "compare")) return bench_compare_main(argc - 1, argv + 1);
     bench_args_t a = {.input_len = 0, .output_len = 0, .num_prompts = 64, .steps = 200};
     engine_args_default(&a.ea);
     snprintf(a.threads, sizeof a.threads, "1,2");
@@ -377,5 +386,5 @@ int cli_bench(int argc, char **argv) {
         return bench_scheduler(&a);
     }
     cli_usage_error(bench_usage, "argument benchmark: invalid choice: '%s' (choose from 'decode', "
-                    "'throughput', 'scheduler')", what);
+                    "'throughput', 'scheduler', 'serve', 'compare')", what);
 }

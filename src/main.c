@@ -3,6 +3,7 @@
  *   servelab serve MODEL_DIR ...                    the OpenAI-compatible server
  *   servelab generate MODEL_DIR --prompt TEXT ...   offline generation
  *   servelab bench decode|throughput|scheduler ...  benchmarks (print figures)
+ *   servelab bench serve|compare ...                the load generator (vllm bench serve)
  *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
  *
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
@@ -24,6 +25,7 @@ static const char *usage =
     "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
     "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
     "  bench decode|throughput MODEL_DIR [...] | bench scheduler [...]\n"
+    "  bench serve [--base-url URL] [...] | bench compare BASE.json NEW.json [--gate NAME=+P% ...]\n"
     "  render MODEL_DIR --messages JSON [--chat-template PATH_OR_INLINE] [--no-generation-prompt]\n"
     "         [--json]\n"
     "  --version\n"
