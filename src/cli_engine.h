@@ -1,12 +1,17 @@
 /* cli_engine.h - vLLM's engine flags, shared by every subcommand that runs the engine.
  *
- *   --dtype --load-format --max-model-len --block-size --num-gpu-blocks-override
- *   --kv-cache-memory-bytes --[no-]enable-prefix-caching --[no-]enable-chunked-prefill
- *   --max-num-batched-tokens --max-num-seqs --batching continuous|static --seed --threads
+ *   --device auto|cpu|cuda --dtype --load-format --max-model-len --block-size
+ *   --gpu-memory-utilization --num-gpu-blocks-override --kv-cache-memory-bytes
+ *   --[no-]enable-prefix-caching --[no-]enable-chunked-prefill --max-num-batched-tokens
+ *   --max-num-seqs --enforce-eager --batching continuous|static --seed --threads
+ *   --skip-warmup (lab)
  *
  * Defaults are vLLM's for a small GPU (max-num-seqs 256, max-num-batched-tokens
  * 2048, or max(max_model_len, 2048) without chunked prefill, as vLLM sets it),
  * and 4 GiB of KV cache on CPU (vLLM's CPU default, VLLM_CPU_KVCACHE_SPACE).
+ * On CUDA the KV pool is sized from --gpu-memory-utilization (0.9) after a
+ * profiling forward, unless --kv-cache-memory-bytes or --num-gpu-blocks-override
+ * says otherwise (both win, as in vLLM; src/engine/kv_sizing.c).
  */
 #ifndef SERVELAB_CLI_ENGINE_H
 #define SERVELAB_CLI_ENGINE_H
@@ -14,6 +19,8 @@
 #include <getopt.h>
 
 #include "servelab/engine.h"
+
+typedef enum { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 
 typedef struct {
     const char *model_dir;
@@ -23,6 +30,11 @@ typedef struct {
     uint64_t seed;
     long long max_model_len;            /* 0: the config's max_position_embeddings */
     bool max_num_batched_tokens_set;
+    device_kind_t device;               /* --device: auto = cuda when built with it and a device works */
+    double gpu_memory_utilization;      /* --gpu-memory-utilization (0.9), CUDA only */
+    bool kv_cache_memory_bytes_set;     /* CUDA: given bytes win over the utilization */
+    bool enforce_eager;                 /* --enforce-eager (CUDA graphs are not implemented: always eager) */
+    bool skip_warmup;                   /* --skip-warmup (lab): no warm-up forward, a cold first request */
 } engine_args_t;
 
 /* Option codes 1000.. are the engine's; merge them into a command's table. */
@@ -37,16 +49,19 @@ int engine_args_handle(engine_args_t *a, int c, const char *value);
 /* A command's options followed by the engine's (malloc'd; free it). */
 struct option *cli_merge_options(const struct option *own);
 
-/* Everything an engine needs, loaded from a.model_dir; startup errors exit 1. */
+/* Everything an engine needs, loaded from a.model_dir on the --device backend;
+ * startup errors exit 1 with one line (a CUDA one names the call and a hint). */
 typedef struct {
     tokenizer_t *tok;
     llama_model_t model;
     engine_t *engine;
+    bool on_cuda;                       /* the model runs on the CUDA backend */
 } engine_bundle_t;
 void engine_bundle_load(engine_args_t *a, engine_bundle_t *b);
 void engine_bundle_free(engine_bundle_t *b);
 
-/* "2048", "1k" (1000), "1K" (1024), "25.6k" as vLLM's --max-model-len parser. */
+/* "2048", "1k" (1000), "1K" (1024), "25.6k", "4G" as vLLM's human_readable_int
+ * (k m g t decimal, K M G T binary), at most 2^30; bad values exit 2. */
 long long cli_parse_human_int(const char *flag, const char *value);
 
 #endif

@@ -14,10 +14,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C11's _Noreturn, spelled so that C++ translation units (the sentencepiece
+ * wrapper, CUDA kernels) can include this header too. */
+#ifdef __cplusplus
+#define SL_NORETURN [[noreturn]]
+#else
+#define SL_NORETURN _Noreturn
+#endif
+
 /* A broken invariant is a bug: print the expression and where, then abort. */
 #define SL_ASSERT(expr)                                                        \
     ((expr) ? (void)0 : sl_assert_fail(#expr, __FILE__, __LINE__))
-_Noreturn void sl_assert_fail(const char *expr, const char *file, int line);
+SL_NORETURN void sl_assert_fail(const char *expr, const char *file, int line);
 
 typedef enum { LOG_DEBUG = 10, LOG_INFO = 20, LOG_WARNING = 30, LOG_ERROR = 40 } log_level_t;
 
@@ -36,7 +44,7 @@ void sl_log_to_stderr(void);
 
 /* Prints "servelab: error: <message>" on stderr and exits with status 1.
  * Startup only. */
-_Noreturn void sl_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+SL_NORETURN void sl_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Error messages travel up as text in a caller-owned buffer of this size. */
 #define SL_ERR_LEN 512

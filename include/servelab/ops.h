@@ -81,9 +81,63 @@ struct sl_ops {
     /* host_logits(S, w->rows) fp32 = in(S, w->cols) . w^T */
     void (*logits)(void *ctx, float *host_logits, const void *in, const sl_weight_t *w,
                    int64_t S);
+
+    /* Optional fused ops (NULL: llama.c runs the unfused sequence; NULL on CPU,
+     * whose unfused sequence is the reference). */
+    /* x(T, n) += y(T, n), then out(T, n) = rmsnorm(x) * w with n = w->cols;
+     * out must not alias x or y. */
+    void (*add_rmsnorm)(void *ctx, void *x, void *out, const void *y, const sl_weight_t *w,
+                        int64_t T, float eps);
+    /* rope(q, k) in place, then k_cache/v_cache[slot[t]] = k[t] (rotated) / v[t];
+     * a slot < 0 skips the token. Same arguments as rope and kv_write. */
+    void (*rope_kv_write)(void *ctx, void *q, void *k, const void *v, void *k_cache,
+                          void *v_cache, const int32_t *positions, const int64_t *slot_mapping,
+                          int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
+                          float scale);
+
+    /* Optional (NULL on CPU, whose ops cannot fail). A device backend never
+     * exits from an op: a failure (a kernel fault, a cuBLAS error, no memory
+     * for a workspace) is recorded, the ops after it are skipped, and this
+     * returns 1 with the first recorded message in msg (cap bytes), then
+     * clears it; 0 if nothing failed since the last call. It waits for the
+     * work already enqueued, so its answer covers every op called before it.
+     * The caller owns what to do: at startup die with the message; in the
+     * engine, fail the requests of the step whose forward it was (step.c). */
+    int (*last_error)(void *ctx, char *msg, size_t cap);
 };
 
 /* The CPU backend (OpenMP). `n_threads` <= 0 uses OpenMP's default. */
 const sl_ops_t *cpu_backend_init(int n_threads);
+
+/* ---- The CUDA backend (src/backend/cuda_backend.c) -------------------------
+ * Declared always, defined only in builds with SERVELAB_HAVE_CUDA (callers
+ * guard their calls with #ifdef SERVELAB_HAVE_CUDA). Device memory comes from
+ * plain cudaMalloc; every op is enqueued on one non-default stream; linear and
+ * logits are cuBLAS GEMMs with fp32 accumulation (never TF32). */
+typedef struct {
+    int device;             /* CUDA device index */
+    sl_dtype_t act_dtype;   /* activations, KV cache and every weight: F32, BF16 or F16 */
+} cuda_backend_opts_t;
+
+typedef struct {
+    char name[256];         /* "NVIDIA H200" */
+    int cc_major, cc_minor; /* compute capability */
+    int64_t total_bytes;    /* device memory */
+    int64_t free_bytes;     /* free now (cudaMemGetInfo) */
+} cuda_device_info_t;
+
+/* Whether `device` can run the backend: 0 with its description in *info, or
+ * -1 with one line in err naming the failing CUDA call and a hint ("CUDA
+ * error: no CUDA-capable device is detected (cudaGetDeviceCount). Hint: run
+ * with --device cpu"). Creates the device's context as a side effect. */
+int cuda_backend_probe(int device, cuda_device_info_t *info, sl_err_t *err);
+/* Sets up the device, the stream and the cuBLAS handle for `opts` on the
+ * calling thread. One backend per process: later calls with the same options
+ * return the same table, other options fail. NULL with one line + hint in err
+ * on failure (startup: the caller dies with it). */
+const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err);
+/* Device memory now, after waiting for the backend's stream: 0, or -1 with err. */
+int cuda_backend_mem_info(const sl_ops_t *ops, int64_t *free_bytes, int64_t *total_bytes,
+                          sl_err_t *err);
 
 #endif

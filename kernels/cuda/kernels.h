@@ -1,4 +1,4 @@
-/* kernels.h - the CUDA kernels' C launchers (kernels/cuda/*.cu).
+/* kernels.h - the CUDA kernels' C launchers (the .cu files of kernels/cuda).
  *
  * Plain C, no CUDA types: pointers are device memory, `stream` is a
  * cudaStream_t passed as void *. Activations, norm weights and the KV cache

@@ -104,6 +104,10 @@ static const sl_ops_t cpu_ops = {
     .add = op_add,
     .gather_rows = op_gather_rows,
     .logits = op_logits,
+    /* The unfused sequence is the reference, and CPU ops cannot fail. */
+    .add_rmsnorm = NULL,
+    .rope_kv_write = NULL,
+    .last_error = NULL,
 };
 
 const sl_ops_t *cpu_backend_init(int n_threads) {

@@ -204,6 +204,19 @@ static void warn_preemptions(const scheduler_t *s) {
                         o->last_preempted->request_id, (long long)c);
 }
 
+/* The forward failed on the device (ops.h, last_error): none of this step's
+ * tokens was computed, so each scheduled request ends with finish_reason
+ * "error" (its client gets a final event) and the engine goes on with the
+ * next step. A fault that broke the CUDA context fails every later step the
+ * same way. Known gap: full blocks of these requests were hashed when they
+ * were allocated (as vLLM does), and stay in the prefix cache after the
+ * blocks are freed, with whatever the failed step left in them. */
+static void fail_step(engine_t *e, const sched_output_t *so, const char *msg, double now) {
+    LOG_ERROR("Model forward failed; finishing the %d requests of this step with an error: %s", so->n, msg);
+    for (int32_t s = 0; s < so->n; s++) engine_finish_request(e, so->reqs[s], FINISH_ERROR, now);
+    publish_stats(e, 0, 0, 0);
+}
+
 bool engine_step(engine_t *e) {
     double now = sl_now_s();
     take_submissions(e, now);
@@ -224,6 +237,12 @@ bool engine_step(engine_t *e) {
     runner_prepare(&e->batch, so, e->cfg.block_size);
     llama_forward(e->model, &e->batch, &e->kv, e->logits);
     double done = sl_now_s();
+    const sl_ops_t *ops = e->model->ops;
+    char fail_msg[SL_ERR_LEN];
+    if (ops->last_error && ops->last_error(ops->ctx, fail_msg, sizeof fail_msg)) {
+        fail_step(e, so, fail_msg, done);
+        return true;
+    }
 
     int64_t V = e->model->cfg.vocab_size, n_gen = 0, n_prompt_done = 0;
     /* Sample every sequence whose known tokens are all computed now (a

@@ -5,8 +5,12 @@
  * logits_index go through the final norm and lm_head, so a prefill step of
  * many tokens produces one row of logits per finished prompt. The code never
  * reads a buffer: it is the same for every backend (DESIGN.md principle 3).
+ * A backend's optional fused ops (add_rmsnorm, rope_kv_write) replace their
+ * unfused sequence when present; the CPU has none, so its arithmetic (the
+ * reference the golden test checks bit for bit) is the plain sequence.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,26 +173,49 @@ void llama_forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, 
                            .query_start = m->d_query_start, .seq_lens = m->d_seq_lens,
                            .block_tables = m->d_block_tables};
 
+    /* Fused ops (device backends) fold each sub-layer's residual add into the
+     * norm that follows it, and rope into the KV write. The residual branch
+     * then needs a (T, hidden) output apart from h: `up` (T, intermediate) is
+     * free at both points (before the MLP writes it, after silu_mul read it).
+     * Without fused ops (CPU: the reference) y is h and the sequence is the
+     * plain one: linear into h, add, rmsnorm. */
+    bool fuse_norm = o->add_rmsnorm != NULL && inter >= hid;
+    void *y = fuse_norm ? m->up : m->h;
+
     o->embed(ctx, m->x, &m->w.embed, m->d_token_ids, T);
     for (int64_t l = 0; l < c->n_layers; l++) {
         const llama_layer_t *ly = &m->w.layers[l];
-        o->rmsnorm(ctx, m->h, m->x, &ly->input_norm, T, eps);
+        if (l == 0 || !fuse_norm) o->rmsnorm(ctx, m->h, m->x, &ly->input_norm, T, eps);
         o->linear(ctx, m->q, m->h, &ly->q, T);
         o->linear(ctx, m->k, m->h, &ly->k, T);
         o->linear(ctx, m->v, m->h, &ly->v, T);
-        o->rope(ctx, m->q, m->k, m->d_positions, T, H, Hkv, D, (float)c->rope_theta,
-                (float)c->rope_scaling_factor);
-        o->kv_write(ctx, kv->k[l], kv->v[l], m->k, m->v, m->d_slot_mapping, T, Hkv, D);
+        if (o->rope_kv_write) {
+            o->rope_kv_write(ctx, m->q, m->k, m->v, kv->k[l], kv->v[l], m->d_positions,
+                             m->d_slot_mapping, T, H, Hkv, D, (float)c->rope_theta,
+                             (float)c->rope_scaling_factor);
+        } else {
+            o->rope(ctx, m->q, m->k, m->d_positions, T, H, Hkv, D, (float)c->rope_theta,
+                    (float)c->rope_scaling_factor);
+            o->kv_write(ctx, kv->k[l], kv->v[l], m->k, m->v, m->d_slot_mapping, T, Hkv, D);
+        }
         o->attention(ctx, m->attn, m->q, kv->k[l], kv->v[l], &meta, H, Hkv, D, kv->block_size,
                      scale);
-        o->linear(ctx, m->h, m->attn, &ly->o, T);
-        o->add(ctx, m->x, m->h, T * hid);
-        o->rmsnorm(ctx, m->h, m->x, &ly->post_norm, T, eps);
+        o->linear(ctx, y, m->attn, &ly->o, T);
+        if (fuse_norm) {
+            o->add_rmsnorm(ctx, m->x, m->h, y, &ly->post_norm, T, eps);
+        } else {
+            o->add(ctx, m->x, y, T * hid);
+            o->rmsnorm(ctx, m->h, m->x, &ly->post_norm, T, eps);
+        }
         o->linear(ctx, m->gate, m->h, &ly->gate, T);
         o->linear(ctx, m->up, m->h, &ly->up, T);
         o->silu_mul(ctx, m->gate, m->gate, m->up, T * inter);
-        o->linear(ctx, m->h, m->gate, &ly->down, T);
-        o->add(ctx, m->x, m->h, T * hid);
+        o->linear(ctx, y, m->gate, &ly->down, T);
+        /* The next layer's input norm, fused with this residual add. */
+        if (fuse_norm && l + 1 < c->n_layers)
+            o->add_rmsnorm(ctx, m->x, m->h, y, &m->w.layers[l + 1].input_norm, T, eps);
+        else
+            o->add(ctx, m->x, y, T * hid);
     }
     if (b->n_logits == 0) return;
     o->gather_rows(ctx, m->rows, m->x, m->d_logits_index, b->n_logits, hid);

@@ -64,7 +64,7 @@ def main():
     base = f"http://127.0.0.1:{port}"
     tmp = tempfile.mkdtemp()
     log = open(os.path.join(tmp, "server.log"), "w+")
-    srv = subprocess.Popen([args.servelab, "serve", args.model, "--host", "127.0.0.1", "--port", str(port),
+    srv = subprocess.Popen([args.servelab, "serve", args.model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
                             "--served-model-name", "tiny", "--api-key", KEY, "--max-model-len", "512"],
                            stdout=log, stderr=subprocess.STDOUT)
     try:

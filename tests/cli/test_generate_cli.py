@@ -21,7 +21,7 @@ def generate(servelab, model, lines, *flags):
             f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
         path = f.name
     try:
-        res = subprocess.run([servelab, "generate", model, "--prompts-file", path, "--json", *flags],
+        res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json", *flags],
                              capture_output=True, text=True, timeout=300)
     finally:
         os.unlink(path)

@@ -127,7 +127,7 @@ def main():
     port = free_port()
     log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-load-{port}.log"), "w+")
     env = dict(os.environ, VLLM_HTTP_TIMEOUT_KEEP_ALIVE="2")
-    proc = subprocess.Popen([args.servelab, "serve", args.model, "--host", "127.0.0.1", "--port", str(port),
+    proc = subprocess.Popen([args.servelab, "serve", args.model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
                              "--served-model-name", NAME, "--max-model-len", "512",
                              "--num-gpu-blocks-override", "600", "--max-num-seqs", "256"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -134,7 +134,7 @@ class Server:
         self.log = open(os.path.join(tmp, f"servelab-{self.port}.log"), "w+")
         env = dict(os.environ, VLLM_LOG_STATS_INTERVAL="1")
         self.proc = subprocess.Popen(
-            [servelab, "serve", model, "--host", "127.0.0.1", "--port", str(self.port), "--served-model-name",
+            [servelab, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port), "--served-model-name",
              NAME, "--api-key", KEY, "--max-model-len", "512", "--num-gpu-blocks-override", "24",
              "--max-num-seqs", "4", *extra], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_until("servelab healthy", lambda: get(self.base + "/health")[0] == 200, log=self.logs)

@@ -44,7 +44,7 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+")
         self.proc = subprocess.Popen(
-            [servelab, "serve", model, "--host", "127.0.0.1", "--port", str(self.port),
+            [servelab, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
              "--served-model-name", NAME, "--api-key", KEY, "--max-model-len", "512",
              "--num-gpu-blocks-override", "40", "--enable-log-requests", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)

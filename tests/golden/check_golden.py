@@ -16,7 +16,7 @@ import sys
 
 
 def run(servelab, model, cases, max_tokens, extra):
-    cmd = [servelab, "generate", model, "--json", "--temperature", "0", "--ignore-eos",
+    cmd = [servelab, "generate", model, "--device", "cpu", "--json", "--temperature", "0", "--ignore-eos",
            "--max-tokens", str(max_tokens)] + extra
     for c in cases:
         cmd += ["--prompt", c["prompt"]]

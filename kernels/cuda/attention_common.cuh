@@ -1,0 +1,142 @@
+/* attention_common.cuh - what the two attention kernels share: dtype
+ * conversion of 16-byte vectors to fp32 and back, warp reductions, the
+ * paged-slot lookup, and the internal launchers slk_attention dispatches to.
+ *
+ * Internal to servelab_cuda (C++ linkage, not in kernels.h). Kept separate
+ * from common.cuh on purpose: the attention kernels need only these few
+ * helpers. Every helper reads or writes exactly 16 bytes: 4 fp32 or 8 16-bit
+ * values, converted to / from fp32 with round-to-nearest-even, as the CPU
+ * reference's cpu_from_f32 does.
+ */
+#ifndef SERVELAB_ATTENTION_COMMON_CUH
+#define SERVELAB_ATTENTION_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention_plan.h"
+
+namespace slattn {
+
+/* Elements per 16-byte vector. */
+template <typename T> struct Vec { static constexpr int N = 16 / (int)sizeof(T); };
+
+__device__ __forceinline__ float2 u32_to_f2(uint32_t u, const __nv_bfloat16 *) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u, 4);
+    return __bfloat1622float2(h);
+}
+__device__ __forceinline__ float2 u32_to_f2(uint32_t u, const __half *) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+}
+__device__ __forceinline__ uint32_t f2_to_u32(float a, float b, const __nv_bfloat16 *) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* .x = a (low half), .y = b */
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+__device__ __forceinline__ uint32_t f2_to_u32(float a, float b, const __half *) {
+    __half2 h = __floats2half2_rn(a, b);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* Loads 16 bytes at p (16-byte aligned) as Vec<T>::N floats. Read-only path:
+ * the KV cache and q never change during the kernel. */
+template <typename T>
+__device__ __forceinline__ void load16(const T *__restrict__ p, float *f) {
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    if constexpr (sizeof(T) == 4) {
+        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+    } else {
+        const T *tag = nullptr;
+        float2 a = u32_to_f2(u.x, tag), b = u32_to_f2(u.y, tag), c = u32_to_f2(u.z, tag),
+               d = u32_to_f2(u.w, tag);
+        f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+        f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+    }
+}
+
+/* Stores Vec<T>::N floats as 16 bytes of T at p (16-byte aligned). */
+template <typename T>
+__device__ __forceinline__ void store16(T *p, const float *f) {
+    uint4 u;
+    if constexpr (sizeof(T) == 4) {
+        u.x = __float_as_uint(f[0]), u.y = __float_as_uint(f[1]);
+        u.z = __float_as_uint(f[2]), u.w = __float_as_uint(f[3]);
+    } else {
+        const T *tag = nullptr;
+        u.x = f2_to_u32(f[0], f[1], tag), u.y = f2_to_u32(f[2], f[3], tag);
+        u.z = f2_to_u32(f[4], f[5], tag), u.w = f2_to_u32(f[6], f[7], tag);
+    }
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
+/* Stores 4 floats as 4 elements of T at p (aligned to 4 elements). */
+template <typename T>
+__device__ __forceinline__ void store4(T *p, float a, float b, float c, float d) {
+    if constexpr (sizeof(T) == 4) {
+        *reinterpret_cast<float4 *>(p) = make_float4(a, b, c, d);
+    } else {
+        const T *tag = nullptr;
+        uint2 u;
+        u.x = f2_to_u32(a, b, tag), u.y = f2_to_u32(c, d, tag);
+        *reinterpret_cast<uint2 *>(p) = u;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Cache slot of position pos of a sequence whose block table row is `table`. */
+__device__ __forceinline__ int64_t kv_slot(const int32_t *__restrict__ table, int pos, int block_size) {
+    return (int64_t)table[pos / block_size] * block_size + pos % block_size;
+}
+
+/* The arguments of one slk_attention call, as the kernels' launchers take them. */
+struct AttnArgs {
+    void *out;                    /* (T, H, D) dt */
+    const void *q;                /* (T, H, D) dt */
+    const void *k_cache, *v_cache; /* (n_blocks * block_size, Hkv, D) dt */
+    const int32_t *positions;     /* (T) */
+    const int32_t *query_start;   /* (S+1) */
+    const int32_t *block_tables;  /* (S, max_blocks) */
+    int max_blocks, block_size;
+    float scale;
+    float *ws;                    /* decode partials, see attn_plan_t */
+};
+
+/* Launch the decode (+ reduce) or prefill kernels for `plan` in dtype T, where
+ * T is float, __nv_bfloat16 or __half. Return a cudaError_t. */
+cudaError_t launch_decode_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_decode_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_decode_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_prefill_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_prefill_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_prefill_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+
+} // namespace slattn
+
+#endif

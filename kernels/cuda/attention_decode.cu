@@ -1,0 +1,398 @@
+/* attention_decode.cu - paged decode attention (one query token per
+ * sequence), split along the context, GQA-aware; and the reduce kernel that
+ * combines the partitions' partials.
+ *
+ * Decode kernel. Grid (n_parts, Hkv * n_head_tiles, S), 128 threads. A block
+ * takes sequence s, KV head kvh, a tile of GT query heads of kvh's group
+ * (GT = 1, 2, 4 or 8; the plan picks it from H / Hkv) and partition `part`:
+ * context positions [part * 512, min(part * 512 + 512, n_ctx)) where n_ctx =
+ * positions[t] + 1 for the sequence's query token t (the last partition also
+ * takes any tail beyond, so an underestimated max_seq_len costs speed, never
+ * keys). Each K and V row of the partition is read from memory once for all
+ * GT heads. The partition is walked in tiles of 64 tokens with an online
+ * softmax whose running max / sum are per head and block-wide:
+ *   QK:  16 groups of 8 lanes; a group takes one token at a time, each lane a
+ *        16-byte vector of its K row per step (coalesced 128-byte rows) and
+ *        GT dot products against q in shared memory, reduced by 3 shuffles.
+ *   max: a warp per head: tile max, rescale factor, p = exp(s - m), sum.
+ *   PV:  thread (tg, c) owns 16-byte column chunk c of the V rows of tokens
+ *        tg, tg + NG, ...; accumulators acc[GT][VEC] fp32, rescaled per tile.
+ * After the loop the NG token groups' accumulators are summed in shared
+ * memory in a fixed order (deterministic). With one valid partition the
+ * block writes out = acc / l in dt; otherwise it writes fp32 partials
+ * (m, l, unnormalized o) to the workspace and the reduce kernel, grid (H, S),
+ * combines them: out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p.
+ *
+ * Shared memory (dynamic, bytes = attn_plan_decode_smem_bytes): m, l, alpha
+ * per head (128 B), 64 int64 slots of the tile, then a union of q (GT, D)
+ * fp32 pre-scaled [stored plane-split: element c*VEC + j*4 + e of a head at
+ * j*(D/NQ4) + c*4 + e, so 8 lanes reading chunks c..c+7 hit 8 distinct
+ * 16-byte bank groups] + p (64, GT) during the loop, and the reduction
+ * buffer (NG, GT, D) after it. 16.6 KB (f32) to 32.6 KB (16-bit) at GT = 8.
+ *
+ * Next steps for speed: tensor cores for QK and PV when GT >= 4 (the FMA
+ * count per K/V byte equals the H200's FP32 rate per HBM byte at GT = 8),
+ * cp.async double buffering of K/V tiles, and a persistent grid.
+ */
+#include <math.h>
+
+#include "attention_common.cuh"
+
+namespace slattn {
+
+template <typename T, int D, int GT> struct DecodeLayout {
+    static constexpr int NT = ATTN_THREADS, TK = ATTN_DECODE_TILE, VEC = Vec<T>::N;
+    static constexpr int NCH = D / VEC;    /* 16-byte chunks per row */
+    static constexpr int NG = NT / NCH;    /* token groups of the PV phase */
+    static constexpr int STATS = 0;        /* floats: m[8], l[8], alpha[8] */
+    static constexpr int SLOT_BYTE = 128;  /* int64 slots[TK] */
+    static constexpr int UNION = (SLOT_BYTE + TK * 8) / 4; /* floats */
+    static constexpr int Q = UNION, P = UNION + GT * D, RED = UNION;
+    static constexpr int LOOP_FLOATS = GT * D + TK * GT, RED_FLOATS = NG * GT * D;
+    static constexpr size_t BYTES =
+        (size_t)UNION * 4 + (size_t)(LOOP_FLOATS > RED_FLOATS ? LOOP_FLOATS : RED_FLOATS) * 4;
+    /* ptxas's own register target spilled a few bytes at GT <= 4 (at only 32-40
+     * registers); asking for 4 resident blocks (<= 128 registers) fixes that. GT = 8
+     * needs ~130 registers for acc[8][8] and gets the full budget. */
+    static constexpr int MIN_BLOCKS = GT >= 8 ? 1 : 4;
+    static_assert(GT <= ATTN_DECODE_MAX_HEADS, "stats hold 8 heads");
+    static_assert(NCH % 8 == 0 && NT % NCH == 0, "8 lanes per K row; whole V rows per NCH threads");
+    static_assert(TK == 64, "the max phase reads 2 scores per lane");
+    static_assert((UNION * 4) % 16 == 0 && (P * 4) % 16 == 0, "float4 alignment");
+};
+
+template <typename T, int D, int GT>
+__global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOCKS)
+    attn_decode_kernel(T *__restrict__ out,                 /* (T, H, D) */
+                       const T *__restrict__ q,             /* (T, H, D) */
+                       const T *__restrict__ kc,            /* (slots, Hkv, D) */
+                       const T *__restrict__ vc,            /* (slots, Hkv, D) */
+                       const int32_t *__restrict__ positions,    /* (T) */
+                       const int32_t *__restrict__ query_start,  /* (S+1) */
+                       const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
+                       int max_blocks, int block_size, int H, int Hkv, int group, int n_head_tiles,
+                       float scale, int n_parts,
+                       float *__restrict__ ws_o, /* (S, H, n_parts, D) */
+                       float *__restrict__ ws_m, /* (S, H, n_parts) */
+                       float *__restrict__ ws_l) /* (S, H, n_parts) */
+{
+    using L = DecodeLayout<T, D, GT>;
+    constexpr int NT = L::NT, TK = L::TK, VEC = L::VEC, NCH = L::NCH, NG = L::NG;
+    constexpr int CPL = NCH / 8;        /* chunks per lane in the QK phase */
+    constexpr int NQ4 = VEC / 4;        /* float4s per chunk */
+    constexpr int QPLANE = D / NQ4;     /* see the q layout in the header */
+    constexpr int NGRP = NT / 8;        /* QK lane groups */
+    constexpr int P = ATTN_DECODE_PARTITION;
+
+    extern __shared__ float4 smem4[];
+    float *smem = reinterpret_cast<float *>(smem4);
+    float *s_m = smem + L::STATS, *s_l = s_m + 8, *s_alpha = s_m + 16;
+    int64_t *s_slot = reinterpret_cast<int64_t *>(reinterpret_cast<char *>(smem) + L::SLOT_BYTE);
+    float *s_q = smem + L::Q, *s_p = smem + L::P, *s_red = smem + L::RED;
+
+    const int part = blockIdx.x, s = blockIdx.z;
+    const int kvh = blockIdx.y / n_head_tiles, g0 = (blockIdx.y % n_head_tiles) * GT;
+    const int n_heads = min(GT, group - g0);
+    const int h0 = kvh * group + g0;
+    const int t = query_start[s];
+    if (query_start[s + 1] <= t) return; /* no query token for s this step */
+    const int n_ctx = positions[t] + 1;
+    const int ctx_begin = part * P;
+    if (ctx_begin >= n_ctx) return;
+    const int ctx_end = part == n_parts - 1 ? n_ctx : min(ctx_begin + P, n_ctx);
+    const int n_valid = min((n_ctx + P - 1) / P, n_parts);
+    const int tid = threadIdx.x;
+
+    /* q of the GT heads, fp32, times scale; heads past the group are zero. */
+    for (int e = tid; e < GT * NCH; e += NT) {
+        const int g = e / NCH, c = e % NCH;
+        float f[VEC];
+        if (g < n_heads) {
+            load16(q + ((int64_t)t * H + h0 + g) * D + c * VEC, f);
+#pragma unroll
+            for (int v = 0; v < VEC; v++) f[v] *= scale;
+        } else {
+#pragma unroll
+            for (int v = 0; v < VEC; v++) f[v] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NQ4; j++)
+            *reinterpret_cast<float4 *>(s_q + g * D + j * QPLANE + c * 4) =
+                make_float4(f[4 * j], f[4 * j + 1], f[4 * j + 2], f[4 * j + 3]);
+    }
+    if (tid < GT) s_m[tid] = -INFINITY, s_l[tid] = 0.0f;
+    __syncthreads();
+
+    const int32_t *table = block_tables + (int64_t)s * max_blocks;
+    const int64_t kv_stride = (int64_t)Hkv * D; /* elements between consecutive slots */
+    const T *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
+    const int li = tid & 7, grp = tid >> 3;     /* QK: lane in group, group */
+    const int warp = tid >> 5, lane = tid & 31; /* max phase */
+    const int vc_chunk = tid % NCH, vtg = tid / NCH; /* PV: column chunk, token group */
+
+    float acc[GT][VEC];
+#pragma unroll
+    for (int g = 0; g < GT; g++)
+#pragma unroll
+        for (int v = 0; v < VEC; v++) acc[g][v] = 0.0f;
+
+    for (int tile = ctx_begin; tile < ctx_end; tile += TK) {
+        const int n_tile = min(TK, ctx_end - tile);
+
+        /* QK: scores s_p[j][g] = (q_g * scale) . k_j */
+#pragma unroll
+        for (int r = 0; r < TK / NGRP; r++) {
+            const int j = grp + r * NGRP;
+            float dot[GT];
+#pragma unroll
+            for (int g = 0; g < GT; g++) dot[g] = 0.0f;
+            if (j < n_tile) {
+                const int64_t slot = kv_slot(table, tile + j, block_size);
+                if (li == 0) s_slot[j] = slot;
+                const T *krow = kbase + slot * kv_stride;
+#pragma unroll
+                for (int i = 0; i < CPL; i++) {
+                    const int c = li + 8 * i;
+                    float kf[VEC];
+                    load16(krow + c * VEC, kf);
+#pragma unroll
+                    for (int g = 0; g < GT; g++)
+#pragma unroll
+                        for (int jq = 0; jq < NQ4; jq++) {
+                            const float4 qq =
+                                *reinterpret_cast<const float4 *>(s_q + g * D + jq * QPLANE + c * 4);
+                            dot[g] = fmaf(qq.x, kf[4 * jq + 0], dot[g]);
+                            dot[g] = fmaf(qq.y, kf[4 * jq + 1], dot[g]);
+                            dot[g] = fmaf(qq.z, kf[4 * jq + 2], dot[g]);
+                            dot[g] = fmaf(qq.w, kf[4 * jq + 3], dot[g]);
+                        }
+                }
+            }
+            /* every lane of the warp shuffles (j differs between its 4 groups) */
+#pragma unroll
+            for (int g = 0; g < GT; g++) {
+                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 1);
+                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 2);
+                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 4);
+            }
+            if (li == 0 && j < n_tile) {
+#pragma unroll
+                for (int g = 0; g < GT; g++) s_p[j * GT + g] = dot[g];
+            }
+        }
+        __syncthreads();
+
+        /* max: per head, fold the tile into the running max and sum */
+        for (int g = warp; g < GT; g += NT / 32) {
+            const float m_old = s_m[g];
+            const float x0 = lane < n_tile ? s_p[lane * GT + g] : -INFINITY;
+            const float x1 = lane + 32 < n_tile ? s_p[(lane + 32) * GT + g] : -INFINITY;
+            const float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1))); /* finite: n_tile >= 1 */
+            const float e0 = lane < n_tile ? expf(x0 - m_new) : 0.0f;
+            const float e1 = lane + 32 < n_tile ? expf(x1 - m_new) : 0.0f;
+            if (lane < n_tile) s_p[lane * GT + g] = e0;
+            if (lane + 32 < n_tile) s_p[(lane + 32) * GT + g] = e1;
+            const float sum = warp_sum(e0 + e1);
+            if (lane == 0) {
+                const float alpha = expf(m_old - m_new); /* 0 on the first tile */
+                s_alpha[g] = alpha;
+                s_l[g] = s_l[g] * alpha + sum;
+                s_m[g] = m_new;
+            }
+        }
+        __syncthreads();
+
+        /* PV: acc = acc * alpha + sum_j p_j v_j over this thread's tokens */
+        {
+#pragma unroll
+            for (int g = 0; g < GT; g++) {
+                const float alpha = s_alpha[g];
+#pragma unroll
+                for (int v = 0; v < VEC; v++) acc[g][v] *= alpha;
+            }
+#pragma unroll 4
+            for (int r = 0; r < TK / NG; r++) {
+                const int j = vtg + r * NG;
+                if (j < n_tile) {
+                    float vf[VEC];
+                    load16(vbase + s_slot[j] * kv_stride + vc_chunk * VEC, vf);
+                    float pj[GT];
+                    if constexpr (GT % 4 == 0) {
+#pragma unroll
+                        for (int g = 0; g < GT; g += 4) {
+                            const float4 p4 = *reinterpret_cast<const float4 *>(s_p + j * GT + g);
+                            pj[g] = p4.x, pj[g + 1] = p4.y, pj[g + 2] = p4.z, pj[g + 3] = p4.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int g = 0; g < GT; g++) pj[g] = s_p[j * GT + g];
+                    }
+#pragma unroll
+                    for (int g = 0; g < GT; g++)
+#pragma unroll
+                        for (int v = 0; v < VEC; v++) acc[g][v] = fmaf(pj[g], vf[v], acc[g][v]);
+                }
+            }
+        }
+        __syncthreads(); /* s_p, s_slot and s_alpha are rewritten by the next tile */
+    }
+
+    /* Sum the NG token groups' accumulators (s_red aliases q and p, done with). */
+#pragma unroll
+    for (int g = 0; g < GT; g++)
+#pragma unroll
+        for (int jq = 0; jq < NQ4; jq++)
+            *reinterpret_cast<float4 *>(s_red + (vtg * GT + g) * D + vc_chunk * VEC + jq * 4) =
+                make_float4(acc[g][4 * jq], acc[g][4 * jq + 1], acc[g][4 * jq + 2], acc[g][4 * jq + 3]);
+    __syncthreads();
+
+    for (int e = tid; e < n_heads * NCH; e += NT) {
+        const int g = e / NCH, c = e % NCH, h = h0 + g;
+        float o[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; v++) o[v] = 0.0f;
+        for (int tg = 0; tg < NG; tg++) {
+#pragma unroll
+            for (int jq = 0; jq < NQ4; jq++) {
+                const float4 x = *reinterpret_cast<const float4 *>(s_red + (tg * GT + g) * D + c * VEC + jq * 4);
+                o[4 * jq] += x.x, o[4 * jq + 1] += x.y, o[4 * jq + 2] += x.z, o[4 * jq + 3] += x.w;
+            }
+        }
+        if (n_valid == 1) {
+            const float l = s_l[g];
+#pragma unroll
+            for (int v = 0; v < VEC; v++) o[v] /= l;
+            store16(out + ((int64_t)t * H + h) * D + c * VEC, o);
+        } else {
+            float *dst = ws_o + (((int64_t)s * H + h) * n_parts + part) * D + c * VEC;
+#pragma unroll
+            for (int jq = 0; jq < NQ4; jq++)
+                *reinterpret_cast<float4 *>(dst + 4 * jq) =
+                    make_float4(o[4 * jq], o[4 * jq + 1], o[4 * jq + 2], o[4 * jq + 3]);
+        }
+    }
+    if (n_valid > 1 && tid < n_heads) {
+        const int64_t i = ((int64_t)s * H + h0 + tid) * n_parts + part;
+        ws_m[i] = s_m[tid];
+        ws_l[i] = s_l[tid];
+    }
+}
+
+/* Block-wide reductions for ATTN_THREADS threads; every thread gets the result. */
+__device__ __forceinline__ float block_reduce(float x, bool is_max, float *scratch) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    x = is_max ? warp_max(x) : warp_sum(x);
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float r = scratch[0];
+        for (int w = 1; w < ATTN_THREADS / 32; w++) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
+        scratch[ATTN_THREADS / 32] = r;
+    }
+    __syncthreads();
+    return scratch[ATTN_THREADS / 32];
+}
+
+/* Grid (H, S), 128 threads; dynamic shared memory: n_parts fp32 weights. */
+template <typename T>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_decode_reduce_kernel(T *__restrict__ out, const int32_t *__restrict__ positions,
+                              const int32_t *__restrict__ query_start, int H, int D, int n_parts,
+                              const float *__restrict__ ws_o, const float *__restrict__ ws_m,
+                              const float *__restrict__ ws_l) {
+    constexpr int P = ATTN_DECODE_PARTITION;
+    extern __shared__ float4 smem4[];
+    float *s_w = reinterpret_cast<float *>(smem4);
+    __shared__ float scratch[2][ATTN_THREADS / 32 + 1];
+    const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
+    const int t = query_start[s];
+    if (query_start[s + 1] <= t) return;
+    const int n_ctx = positions[t] + 1;
+    const int n_valid = min((n_ctx + P - 1) / P, n_parts);
+    if (n_valid <= 1) return; /* the decode kernel wrote this row itself */
+    const int64_t base = ((int64_t)s * H + h) * n_parts;
+
+    float m = -INFINITY;
+    for (int p = tid; p < n_valid; p += ATTN_THREADS) m = fmaxf(m, ws_m[base + p]);
+    const float M = block_reduce(m, true, scratch[0]);
+    float wl = 0.0f;
+    for (int p = tid; p < n_valid; p += ATTN_THREADS) {
+        const float w = expf(ws_m[base + p] - M);
+        s_w[p] = w;
+        wl += w * ws_l[base + p];
+    }
+    const float Lsum = block_reduce(wl, false, scratch[1]); /* its barriers publish s_w */
+    for (int d = tid; d < D; d += ATTN_THREADS) {
+        float o = 0.0f;
+        for (int p = 0; p < n_valid; p++) o = fmaf(s_w[p], ws_o[(base + p) * D + d], o);
+        out[((int64_t)t * H + h) * D + d] = from_f32<T>(o / Lsum);
+    }
+}
+
+template <typename T, int D, int GT>
+static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    using L = DecodeLayout<T, D, GT>;
+    if (pl->decode_smem_bytes != L::BYTES || pl->head_tile != GT) return cudaErrorInvalidConfiguration;
+    auto kern = attn_decode_kernel<T, D, GT>;
+    cudaError_t err;
+    if (L::BYTES > 48 * 1024 &&
+        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::BYTES)))
+        return err;
+    float *ws_o = nullptr, *ws_m = nullptr, *ws_l = nullptr;
+    if (pl->reduce) {
+        ws_o = a.ws;
+        ws_m = reinterpret_cast<float *>(reinterpret_cast<char *>(a.ws) + pl->ws_m_offset);
+        ws_l = reinterpret_cast<float *>(reinterpret_cast<char *>(a.ws) + pl->ws_l_offset);
+    }
+    const dim3 grid((unsigned)pl->decode_grid[0], (unsigned)pl->decode_grid[1], (unsigned)pl->decode_grid[2]);
+    kern<<<grid, ATTN_THREADS, L::BYTES, st>>>(
+        static_cast<T *>(a.out), static_cast<const T *>(a.q), static_cast<const T *>(a.k_cache),
+        static_cast<const T *>(a.v_cache), a.positions, a.query_start, a.block_tables, a.max_blocks,
+        a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, (int)pl->n_head_tiles, a.scale,
+        (int)pl->n_parts, ws_o, ws_m, ws_l);
+    if ((err = cudaGetLastError())) return err;
+    if (!pl->reduce) return cudaSuccess;
+
+    auto red = attn_decode_reduce_kernel<T>;
+    if (pl->reduce_smem_bytes > 48 * 1024 &&
+        (err = cudaFuncSetAttribute(red, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->reduce_smem_bytes)))
+        return err;
+    const dim3 rgrid((unsigned)pl->reduce_grid[0], (unsigned)pl->reduce_grid[1], 1);
+    red<<<rgrid, ATTN_THREADS, pl->reduce_smem_bytes, st>>>(static_cast<T *>(a.out), a.positions, a.query_start,
+                                                           (int)pl->H, (int)pl->D, (int)pl->n_parts, ws_o, ws_m,
+                                                           ws_l);
+    return cudaGetLastError();
+}
+
+template <typename T, int D>
+static cudaError_t launch_decode_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    switch (pl->head_tile) {
+    case 1: return launch_decode_dg<T, D, 1>(pl, a, st);
+    case 2: return launch_decode_dg<T, D, 2>(pl, a, st);
+    case 4: return launch_decode_dg<T, D, 4>(pl, a, st);
+    case 8: return launch_decode_dg<T, D, 8>(pl, a, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+template <typename T>
+static cudaError_t launch_decode(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    switch (pl->D) {
+    case 64: return launch_decode_d<T, 64>(pl, a, st);
+    case 128: return launch_decode_d<T, 128>(pl, a, st);
+    case 256: return launch_decode_d<T, 256>(pl, a, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t launch_decode_f32(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    return launch_decode<float>(pl, a, st);
+}
+cudaError_t launch_decode_bf16(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    return launch_decode<__nv_bfloat16>(pl, a, st);
+}
+cudaError_t launch_decode_f16(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    return launch_decode<__half>(pl, a, st);
+}
+
+} // namespace slattn

@@ -1,0 +1,105 @@
+/* attention_plan.c - the launch plan of the CUDA paged attention (see
+ * attention_plan.h): path, partitions, GQA head tiles, tiles, grids, shared
+ * memory and workspace. Pure C, no CUDA types: compiled into servelab_host in
+ * every build (and into servelab_cuda, which needs it too) and unit-tested on
+ * the CPU.
+ *
+ * Choices: a decode partition is 512 tokens (one block then streams 512 K and
+ * V rows per head group, 128 KB at D=128 bf16: long enough to hide the
+ * partition's fixed cost, short enough that a single 4k-token sequence still
+ * spreads over 8 blocks per KV head). The decode head tile is the group size
+ * rounded up to a power of two, capped at 8, so one block reads each K/V row
+ * once for up to 8 query heads. Prefill tiles keep the fp32 shared-memory
+ * tiles (Q, K, V, P) at 68-104 KB and a thread's accumulators under ~100
+ * registers: BQ x BK = 64x64 (D=64), 64x32 (D=128), 32x32 (D=256).
+ */
+#include "attention_plan.h"
+
+#include <string.h>
+
+int attn_plan_supports_head_dim(int64_t D) { return D == 64 || D == 128 || D == 256; }
+
+int64_t attn_plan_n_parts(int64_t max_seq_len) {
+    if (max_seq_len <= ATTN_DECODE_PARTITION) return 1;
+    return (max_seq_len + ATTN_DECODE_PARTITION - 1) / ATTN_DECODE_PARTITION;
+}
+
+size_t attn_plan_workspace_bytes(int64_t S, int64_t max_seq_len, int64_t max_query_len, int64_t H,
+                                 int64_t D) {
+    if (max_query_len != 1 || S < 1 || H < 1 || !attn_plan_supports_head_dim(D)) return 0;
+    int64_t n_parts = attn_plan_n_parts(max_seq_len);
+    if (n_parts == 1) return 0;
+    /* o: D floats, m and l: one float each, per (sequence, query head, partition) */
+    return (size_t)S * (size_t)H * (size_t)n_parts * (size_t)(D + 2) * sizeof(float);
+}
+
+/* Layout (attention_decode.cu): 128 bytes of per-head stats (m, l, alpha of
+ * up to 8 heads), ATTN_DECODE_TILE int64 slots, then a union of
+ * {q (head_tile, D) + p (ATTN_DECODE_TILE, head_tile)} during the loop and
+ * the cross-thread reduction buffer (ATTN_THREADS, head_tile, vec) after it. */
+size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec) {
+    int64_t loop = head_tile * D + (int64_t)ATTN_DECODE_TILE * head_tile;
+    int64_t red = (int64_t)ATTN_THREADS * head_tile * vec;
+    int64_t uni = loop > red ? loop : red;
+    return 128 + (size_t)ATTN_DECODE_TILE * 8 + (size_t)uni * sizeof(float);
+}
+
+/* Layout (attention_prefill.cu): fp32 q (BQ, D+4), k (BK, D+4), v (BK, D),
+ * p (BQ, BK+4), then BQ int32 positions. */
+size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) {
+    int64_t floats = q_tile * (D + 4) + kv_tile * (D + 4) + kv_tile * D + q_tile * (kv_tile + 4);
+    return (size_t)floats * sizeof(float) + (size_t)q_tile * sizeof(int32_t);
+}
+
+int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
+                   int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes) {
+    memset(p, 0, sizeof *p);
+    if (T < 1 || S < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return -1;
+    if (!attn_plan_supports_head_dim(D) || (elem_bytes != 2 && elem_bytes != 4)) return -1;
+    if (S > ATTN_MAX_GRID_YZ || H > ATTN_MAX_GRID_YZ) return -1;
+    p->T = T, p->S = S, p->H = H, p->Hkv = Hkv, p->D = D;
+    p->group = H / Hkv;
+    p->elem_bytes = elem_bytes;
+    p->vec = 16 / elem_bytes;
+    p->path = max_query_len == 1 ? ATTN_PATH_DECODE : ATTN_PATH_PREFILL;
+
+    /* decode */
+    p->n_parts = attn_plan_n_parts(max_seq_len);
+    p->head_tile = 1;
+    while (p->head_tile < p->group && p->head_tile < ATTN_DECODE_MAX_HEADS) p->head_tile *= 2;
+    p->n_head_tiles = (p->group + p->head_tile - 1) / p->head_tile;
+    p->decode_grid[0] = p->n_parts;
+    p->decode_grid[1] = Hkv * p->n_head_tiles;
+    p->decode_grid[2] = S;
+    p->decode_smem_bytes = attn_plan_decode_smem_bytes(p->head_tile, D, p->vec);
+    p->reduce = p->n_parts > 1;
+    p->reduce_grid[0] = H;
+    p->reduce_grid[1] = S;
+    p->reduce_grid[2] = 1;
+    p->reduce_smem_bytes = (size_t)p->n_parts * sizeof(float);
+
+    /* prefill */
+    p->q_tile = D == 64 ? ATTN_PREFILL_BQ_D64 : D == 128 ? ATTN_PREFILL_BQ_D128 : ATTN_PREFILL_BQ_D256;
+    p->kv_tile = D == 64 ? ATTN_PREFILL_BK_D64 : D == 128 ? ATTN_PREFILL_BK_D128 : ATTN_PREFILL_BK_D256;
+    /* max_query_len bounds every sequence's query count; a meta without it
+     * (< 1) falls back to T, the bound that always holds. */
+    int64_t qmax = max_query_len >= 1 ? max_query_len : T;
+    p->n_q_tiles = (qmax + p->q_tile - 1) / p->q_tile;
+    p->prefill_grid[0] = p->n_q_tiles;
+    p->prefill_grid[1] = H;
+    p->prefill_grid[2] = S;
+    p->prefill_smem_bytes = attn_plan_prefill_smem_bytes(p->q_tile, p->kv_tile, D);
+
+    if (p->path == ATTN_PATH_DECODE) {
+        if (p->decode_grid[1] > ATTN_MAX_GRID_YZ || p->decode_grid[0] > INT32_MAX) return -1;
+        if (p->decode_smem_bytes > ATTN_MAX_SMEM_BYTES || p->reduce_smem_bytes > ATTN_MAX_SMEM_BYTES)
+            return -1;
+        p->workspace_bytes = attn_plan_workspace_bytes(S, max_seq_len, max_query_len, H, D);
+    } else {
+        if (p->prefill_grid[0] > INT32_MAX || p->prefill_smem_bytes > ATTN_MAX_SMEM_BYTES) return -1;
+        p->workspace_bytes = 0;
+    }
+    p->ws_m_offset = (size_t)S * (size_t)H * (size_t)p->n_parts * (size_t)D * sizeof(float);
+    p->ws_l_offset = p->ws_m_offset + (size_t)S * (size_t)H * (size_t)p->n_parts * sizeof(float);
+    return 0;
+}

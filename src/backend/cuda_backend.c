@@ -1,0 +1,507 @@
+/* cuda_backend.c - the ops table over the CUDA kernels (kernels/cuda) and cuBLAS.
+ *
+ * Memory is plain cudaMalloc (no managed memory); every op is enqueued on one
+ * non-blocking stream; activations, the KV cache and every weight are in the
+ * backend's activation dtype (F32, BF16 or F16; cli_engine converts weights at
+ * load). linear and logits are cublasGemmEx with fp32 accumulation
+ * (CUBLAS_COMPUTE_32F, default math without reduced-precision reductions: no
+ * TF32 for fp32); the mapping of our row-major layout onto cuBLAS's
+ * column-major one is written at gemm(). Uploads smaller than 1 MiB go
+ * through a pinned staging buffer (no stream sync per upload; the staging
+ * area is reused only after an event says its copies are done); larger ones
+ * sync, so the caller may free its source at once. download waits.
+ * Errors: at init one line with a hint; in an op nothing exits, the first
+ * failure is recorded, later ops are skipped, and last_error hands it over
+ * (ops.h). SERVELAB_CUDA_SYNC_OPS=1 syncs after every op so an asynchronous
+ * kernel fault is pinned on the op that caused it.
+ * Compiled to nothing without SERVELAB_HAVE_CUDA.
+ */
+#ifdef SERVELAB_HAVE_CUDA
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "servelab/core.h"
+#include "servelab/ops.h"
+
+#define STAGING_BYTES ((size_t)1 << 20)
+#define STAGING_ALIGN ((size_t)256)
+#define HINT_CPU "Hint: run with --device cpu"
+
+typedef struct {
+    int device;
+    sl_dtype_t dt;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *attn_ws;          /* slk_attention's split partials, grown on demand */
+    size_t attn_ws_bytes;
+    float *d_logits;        /* (S, V) fp32 logits on the device before download */
+    size_t d_logits_bytes;
+    uint8_t *staging;       /* pinned host memory for small uploads */
+    size_t staging_off;
+    cudaEvent_t staging_done; /* recorded after the last copy out of staging */
+    int sync_ops;           /* SERVELAB_CUDA_SYNC_OPS: sync and check after every op */
+    int failed;             /* an op failed since the last last_error() */
+    char error[SL_ERR_LEN];
+} cuda_ctx_t;
+
+static cuda_ctx_t g_ctx;
+static sl_ops_t g_ops;
+static int g_ready;
+
+/* ---- errors ----------------------------------------------------------------- */
+
+/* Records the first failure since the last last_error(); later ones are consequences. */
+static void record(cuda_ctx_t *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void record(cuda_ctx_t *c, int line, const char *fmt, ...) {
+    if (c->failed) return;
+    c->failed = 1;
+    char what[SL_ERR_LEN - 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(c->error, sizeof c->error, "%s (cuda_backend.c:%d)", what, line);
+}
+
+static int cuda_ok(cuda_ctx_t *c, cudaError_t e, const char *call, int line) {
+    if (e == cudaSuccess) return 1;
+    (void)cudaGetLastError(); /* clear it, so the next call does not report it again */
+    record(c, line, "CUDA error: %s (%s)", cudaGetErrorString(e), call);
+    return 0;
+}
+/* CU(c, cudaMemcpyAsync, (dst, src, ...)): call, check, name the call. */
+#define CU(c, fn, args) cuda_ok((c), fn args, #fn, __LINE__)
+
+static int blas_ok(cuda_ctx_t *c, cublasStatus_t s, const char *call, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    record(c, line, "cuBLAS error: %s (%s)", cublasGetStatusString(s), call);
+    return 0;
+}
+
+/* A kernel launcher returns 0 or the cudaError_t of its launch. */
+static int launch_ok(cuda_ctx_t *c, int rc, const char *launcher, int line) {
+    if (rc == 0) return 1;
+    return cuda_ok(c, (cudaError_t)rc, launcher, line);
+}
+#define LAUNCH(c, fn, args) launch_ok((c), fn args, #fn, __LINE__)
+
+/* With SERVELAB_CUDA_SYNC_OPS=1, a kernel's asynchronous fault is caught right
+ * after the op that enqueued it, and named. */
+static void op_end(cuda_ctx_t *c, const char *op) {
+    if (!c->sync_ops || c->failed) return;
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        record(c, __LINE__, "CUDA error: %s (in op %s)", cudaGetErrorString(e), op);
+    }
+}
+
+static cudaDataType_t cuda_type(sl_dtype_t dt) {
+    switch (dt) {
+    case DTYPE_F32: return CUDA_R_32F;
+    case DTYPE_BF16: return CUDA_R_16BF;
+    case DTYPE_F16: return CUDA_R_16F;
+    default: break;
+    }
+    SL_ASSERT(!"CUDA activation dtype must be F32, BF16 or F16");
+    return CUDA_R_32F;
+}
+
+/* Every weight is in the activation dtype (cli_engine loads them so): a
+ * mismatch is a bug in the caller, not a device failure. */
+static void check_weight(const cuda_ctx_t *c, const sl_weight_t *w) { SL_ASSERT(w->dtype == c->dt); }
+
+/* Grows a device buffer to at least `need` bytes, by half again at least, so
+ * a slowly growing need (attention partials as contexts get longer) does not
+ * reallocate every step. The profiling forward at startup reaches the
+ * largest need, so serving normally never grows. */
+static int grow(cuda_ctx_t *c, void **buf, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap) return 1;
+    size_t n = need > *cap + *cap / 2 ? need : *cap + *cap / 2;
+    n = (n + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    if (*buf) {
+        /* Kernels already enqueued may still read the old buffer. */
+        if (!CU(c, cudaStreamSynchronize, (c->stream)) || !CU(c, cudaFree, (*buf))) return 0;
+        *buf = NULL;
+        *cap = 0;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        record(c, __LINE__, "CUDA error: %s (cudaMalloc of %zu bytes for the %s)", cudaGetErrorString(e), n,
+               what);
+        return 0;
+    }
+    *buf = p;
+    *cap = n;
+    return 1;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+
+static void *cu_alloc(void *ctx, size_t n) {
+    cuda_ctx_t *c = ctx;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n ? n : 256);
+    if (e == cudaSuccess) return p;
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* out of memory: NULL is the answer (ops.h), not a failure */
+        return NULL;
+    }
+    cuda_ok(c, e, "cudaMalloc", __LINE__);
+    return NULL;
+}
+
+static void cu_free(void *ctx, void *p) {
+    cuda_ctx_t *c = ctx;
+    if (p) CU(c, cudaFree, (p)); /* cudaFree waits for the device: no kernel still reads p */
+}
+
+static void cu_upload(void *ctx, void *dst, const void *src, size_t n) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed || n == 0) return;
+    if (n <= STAGING_BYTES - STAGING_ALIGN) {
+        if (c->staging_off + n > STAGING_BYTES) {
+            /* Wrap: every copy out of the buffer was enqueued before this event. */
+            if (!CU(c, cudaEventSynchronize, (c->staging_done))) return;
+            c->staging_off = 0;
+        }
+        uint8_t *s = c->staging + c->staging_off;
+        memcpy(s, src, n);
+        c->staging_off += (n + STAGING_ALIGN - 1) & ~(STAGING_ALIGN - 1);
+        if (CU(c, cudaMemcpyAsync, (dst, s, n, cudaMemcpyHostToDevice, c->stream)))
+            CU(c, cudaEventRecord, (c->staging_done, c->stream));
+        return;
+    }
+    /* Pageable source: the copy may still read it after cudaMemcpyAsync returns. */
+    if (CU(c, cudaMemcpyAsync, (dst, src, n, cudaMemcpyHostToDevice, c->stream)))
+        CU(c, cudaStreamSynchronize, (c->stream));
+}
+
+static void cu_download(void *ctx, void *dst, const void *src, size_t n) {
+    cuda_ctx_t *c = ctx;
+    if (n == 0) return;
+    if (!c->failed && CU(c, cudaMemcpyAsync, (dst, src, n, cudaMemcpyDeviceToHost, c->stream)) &&
+        CU(c, cudaStreamSynchronize, (c->stream)))
+        return;
+    memset(dst, 0, n); /* defined contents; the caller learns of the failure from last_error */
+}
+
+static void cu_sync(void *ctx) {
+    cuda_ctx_t *c = ctx;
+    if (!c->failed) CU(c, cudaStreamSynchronize, (c->stream));
+}
+
+/* The current device is per host thread: the engine thread selects it here. */
+static void cu_thread_init(void *ctx) {
+    cuda_ctx_t *c = ctx;
+    CU(c, cudaSetDevice, (c->device));
+}
+
+/* ---- GEMM --------------------------------------------------------------------- */
+
+/* out(T, N) = in(T, K) . W(N, K)^T, all row-major, fp32 accumulation; out in `ctype`.
+ *
+ * cuBLAS is column-major, and a row-major (r, c) array is, byte for byte, the
+ * column-major (c, r) array with leading dimension c. Read that way our
+ * product is out^T (N, T) = W (N, K) . in^T (K, T), a column-major GEMM with
+ *   m = N, n = T, k = K;
+ *   A = W's bytes, column-major (K, N) with lda = K, op(A) = A^T = W (N, K);
+ *   B = in's bytes, column-major (K, T) with ldb = K, op(B) = B;
+ *   C = out's bytes, column-major (N, T) with ldc = N.
+ * The reduction runs along K, contiguous in both operands (the "TN" layout). */
+static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
+                 int64_t T, const char *op) {
+    check_weight(c, w);
+    int64_t N = w->rows, K = w->cols;
+    if (N > INT_MAX || K > INT_MAX || T > INT_MAX) {
+        record(c, __LINE__, "cuBLAS: %s of (%lld, %lld) x (%lld, %lld)^T exceeds cuBLAS's int dimensions", op,
+               (long long)T, (long long)K, (long long)N, (long long)K);
+        return;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    cudaDataType_t ab = cuda_type(c->dt);
+    blas_ok(c,
+            cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &alpha, w->data, ab, (int)K,
+                         in, ab, (int)K, &beta, out, ctype, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx", __LINE__);
+}
+
+/* ---- ops ----------------------------------------------------------------------- */
+
+static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    check_weight(c, table);
+    LAUNCH(c, slk_embed, (out, table->data, ids, T, table->cols, c->dt, c->stream));
+    op_end(c, "embed");
+}
+
+static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T, float eps) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    check_weight(c, w);
+    LAUNCH(c, slk_rmsnorm, (out, in, w->data, T, w->cols, eps, c->dt, c->stream));
+    op_end(c, "rmsnorm");
+}
+
+static void op_add_rmsnorm(void *ctx, void *x, void *out, const void *y, const sl_weight_t *w, int64_t T,
+                           float eps) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    check_weight(c, w);
+    LAUNCH(c, slk_add_rmsnorm, (x, out, y, w->data, T, w->cols, eps, c->dt, c->stream));
+    op_end(c, "add_rmsnorm");
+}
+
+static void op_linear(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    gemm(c, out, cuda_type(c->dt), in, w, T, "linear");
+    op_end(c, "linear");
+}
+
+static void op_rope(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
+                    int64_t D, float theta, float scale) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_rope, (q, k, positions, T, H, Hkv, D, theta, scale, c->dt, c->stream));
+    op_end(c, "rope");
+}
+
+static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v, const int64_t *slots,
+                        int64_t T, int64_t Hkv, int64_t D) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_kv_write, (kc, vc, k, v, slots, T, Hkv, D, c->dt, c->stream));
+    op_end(c, "kv_write");
+}
+
+static void op_rope_kv_write(void *ctx, void *q, void *k, const void *v, void *kc, void *vc,
+                             const int32_t *positions, const int64_t *slots, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t D, float theta, float scale) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_rope_kv_write,
+           (q, k, v, kc, vc, positions, slots, T, H, Hkv, D, theta, scale, c->dt, c->stream));
+    op_end(c, "rope_kv_write");
+}
+
+static void op_attention(void *ctx, void *out, const void *q, const void *kc, const void *vc,
+                         const sl_attn_meta_t *m, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
+                         float scale) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    size_t need = slk_attention_workspace_bytes(m, H, D);
+    if (!grow(c, &c->attn_ws, &c->attn_ws_bytes, need, "attention workspace")) return;
+    int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, c->attn_ws, c->attn_ws_bytes,
+                           c->stream);
+    if (rc != 0) {
+        /* Name the shape: a refused one (an unsupported head dim, say) is the likely cause. */
+        (void)cudaGetLastError();
+        record(c, __LINE__, "CUDA error: %s (slk_attention: H %lld, Hkv %lld, D %lld, block size %lld, %d tokens of "
+               "%d sequences)", cudaGetErrorString((cudaError_t)rc), (long long)H, (long long)Hkv, (long long)D,
+               (long long)block_size, m->n_tokens, m->n_seqs);
+        return;
+    }
+    op_end(c, "attention");
+}
+
+static void op_silu_mul(void *ctx, void *out, const void *g, const void *u, int64_t n) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_silu_mul, (out, g, u, n, c->dt, c->stream));
+    op_end(c, "silu_mul");
+}
+
+static void op_add(void *ctx, void *x, const void *y, int64_t n) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_add, (x, y, n, c->dt, c->stream));
+    op_end(c, "add");
+}
+
+static void op_gather_rows(void *ctx, void *out, const void *in, const int32_t *idx, int64_t S, int64_t n) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    LAUNCH(c, slk_gather_rows, (out, in, idx, S, n, c->dt, c->stream));
+    op_end(c, "gather_rows");
+}
+
+/* fp32 logits straight out of the GEMM (fp32 C, fp32 accumulation), then one download. */
+static void op_logits(void *ctx, float *host_logits, const void *in, const sl_weight_t *w, int64_t S) {
+    cuda_ctx_t *c = ctx;
+    size_t n_bytes = (size_t)S * (size_t)w->rows * sizeof(float);
+    if (!c->failed && grow(c, (void **)&c->d_logits, &c->d_logits_bytes, n_bytes, "logits")) {
+        gemm(c, c->d_logits, CUDA_R_32F, in, w, S, "logits");
+        op_end(c, "logits");
+    }
+    cu_download(c, host_logits, c->d_logits, n_bytes); /* zeros if anything failed */
+}
+
+static int cu_last_error(void *ctx, char *msg, size_t cap) {
+    cuda_ctx_t *c = ctx;
+    /* Faults of kernels already enqueued surface at a synchronization. */
+    if (!c->failed) CU(c, cudaStreamSynchronize, (c->stream));
+    if (!c->failed) return 0;
+    snprintf(msg, cap, "%s", c->error);
+    c->failed = 0;
+    c->error[0] = '\0';
+    return 1;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int init_cuda(cudaError_t e, const char *call, sl_err_t *err) {
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return sl_fail(err, "CUDA error: %s (%s). " HINT_CPU, cudaGetErrorString(e), call);
+}
+static int init_blas(cublasStatus_t s, const char *call, sl_err_t *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    return sl_fail(err, "cuBLAS error: %s (%s). Hint: check that libcublas matches the CUDA runtime and "
+                   "driver, or run with --device cpu", cublasGetStatusString(s), call);
+}
+
+int cuda_backend_probe(int device, cuda_device_info_t *info, sl_err_t *err) {
+    memset(info, 0, sizeof *info);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver) {
+        /* What the runtime says when there is no driver at all, too. */
+        int rt = 0;
+        (void)cudaRuntimeGetVersion(&rt);
+        (void)cudaGetLastError();
+        return sl_fail(err, "CUDA error: %s (cudaGetDeviceCount): no NVIDIA driver, or one older than this "
+                       "CUDA %d.%d runtime. " HINT_CPU, cudaGetErrorString(e), rt / 1000, rt % 1000 / 10);
+    }
+    if (init_cuda(e, "cudaGetDeviceCount", err)) return -1;
+    if (n == 0) return init_cuda(cudaErrorNoDevice, "cudaGetDeviceCount", err);
+    if (device < 0 || device >= n)
+        return sl_fail(err, "CUDA error: there is no device %d, %d visible (cudaGetDeviceCount). Hint: check "
+                       "CUDA_VISIBLE_DEVICES, or run with --device cpu", device, n);
+    struct cudaDeviceProp p;
+    if (init_cuda(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties", err)) return -1;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    size_t free_b = 0, total_b = 0;
+    if (init_cuda(cudaSetDevice(device), "cudaSetDevice", err) ||
+        init_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err))
+        return -1;
+    info->free_bytes = (int64_t)free_b;
+    info->total_bytes = (int64_t)total_b;
+    return 0;
+}
+
+static void teardown(cuda_ctx_t *c) {
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->staging_done) cudaEventDestroy(c->staging_done);
+    if (c->staging) cudaFreeHost(c->staging);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    (void)cudaGetLastError();
+    memset(c, 0, sizeof *c);
+}
+
+const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err) {
+    if (g_ready) {
+        if (g_ctx.device == opts->device && g_ctx.dt == opts->act_dtype) return &g_ops;
+        sl_fail(err, "the CUDA backend is already set up for device %d with %s activations", g_ctx.device,
+                dtype_torch_name(g_ctx.dt));
+        return NULL;
+    }
+    if (opts->act_dtype != DTYPE_F32 && opts->act_dtype != DTYPE_BF16 && opts->act_dtype != DTYPE_F16) {
+        sl_fail(err, "the CUDA backend runs float32, bfloat16 or float16 activations, not %s",
+                dtype_name(opts->act_dtype));
+        return NULL;
+    }
+    cuda_device_info_t info;
+    if (cuda_backend_probe(opts->device, &info, err)) return NULL;
+
+    cuda_ctx_t *c = &g_ctx;
+    memset(c, 0, sizeof *c);
+    c->device = opts->device;
+    c->dt = opts->act_dtype;
+    const char *sync_env = getenv("SERVELAB_CUDA_SYNC_OPS");
+    c->sync_ops = sync_env && *sync_env && strcmp(sync_env, "0") != 0;
+    cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+    if (init_cuda(cudaSetDevice(c->device), "cudaSetDevice", err) ||
+        init_cuda(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags",
+                  err) ||
+        init_cuda(cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault), "cudaHostAlloc",
+                  err) ||
+        init_cuda(cudaEventCreateWithFlags(&c->staging_done, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+                  err) ||
+        init_blas(cublasCreate(&c->blas), "cublasCreate", err) ||
+        init_blas(cublasSetStream(c->blas, c->stream), "cublasSetStream", err) ||
+        /* Default math keeps fp32 GEMMs off TF32 (only CUBLAS_TF32_TENSOR_OP_MATH or a
+         * *_FAST_TF32 compute type would allow it); bf16/fp16 ones still use tensor
+         * cores. Reductions (split-K) stay in fp32 rather than the output type. */
+        init_blas(cublasSetMathMode(c->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                  "cublasSetMathMode", err) ||
+        init_blas(cublasGetMathMode(c->blas, &mode), "cublasGetMathMode", err)) {
+        teardown(c);
+        return NULL;
+    }
+    /* The low bits hold the math mode proper, the high ones its flags. */
+    if (((int)mode & 0xf) != (int)CUBLAS_DEFAULT_MATH ||
+        !((int)mode & (int)CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) {
+        sl_fail(err, "cuBLAS error: math mode %d was not applied (cublasSetMathMode). Hint: run with --device cpu",
+                (int)mode);
+        teardown(c);
+        return NULL;
+    }
+
+    g_ops = (sl_ops_t){
+        .name = "cuda",
+        .ctx = c,
+        .act_dtype = c->dt,
+        .host_memory = 0,
+        .alloc = cu_alloc,
+        .free = cu_free,
+        .upload = cu_upload,
+        .download = cu_download,
+        .sync = cu_sync,
+        .thread_init = cu_thread_init,
+        .embed = op_embed,
+        .rmsnorm = op_rmsnorm,
+        .linear = op_linear,
+        .rope = op_rope,
+        .kv_write = op_kv_write,
+        .attention = op_attention,
+        .silu_mul = op_silu_mul,
+        .add = op_add,
+        .gather_rows = op_gather_rows,
+        .logits = op_logits,
+        .add_rmsnorm = op_add_rmsnorm,
+        .rope_kv_write = op_rope_kv_write,
+        .last_error = cu_last_error,
+    };
+    g_ready = 1;
+    return &g_ops;
+}
+
+int cuda_backend_mem_info(const sl_ops_t *ops, int64_t *free_bytes, int64_t *total_bytes, sl_err_t *err) {
+    cuda_ctx_t *c = ops->ctx;
+    size_t f = 0, t = 0;
+    if (init_cuda(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize", err) ||
+        init_cuda(cudaMemGetInfo(&f, &t), "cudaMemGetInfo", err))
+        return -1;
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return 0;
+}
+
+#else
+/* ISO C wants at least one declaration in a translation unit. */
+typedef int cuda_backend_disabled_t;
+#endif

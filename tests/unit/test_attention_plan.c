@@ -1,0 +1,171 @@
+/* test_attention_plan.c - the CUDA attention's launch plan, on the CPU.
+ *
+ * attention_plan.c is pure C and decides everything host-side about a call:
+ * path, decode partitions, GQA head tiles, prefill tiles, grids, shared
+ * memory and workspace bytes. These tests pin its arithmetic at the
+ * boundaries (511/512/513 tokens, 0 and 1 token, group sizes around powers
+ * of two) and its rejections, in every build, GPU or not.
+ */
+#include "../../kernels/cuda/attention_plan.h"
+#include "test.h"
+
+static void test_partitions_split_at_512_token_boundaries(void) {
+    CHECK_EQ_INT(ATTN_DECODE_PARTITION, 512);
+    CHECK_EQ_INT(attn_plan_n_parts(0), 1);
+    CHECK_EQ_INT(attn_plan_n_parts(1), 1);
+    CHECK_EQ_INT(attn_plan_n_parts(511), 1);
+    CHECK_EQ_INT(attn_plan_n_parts(512), 1);
+    CHECK_EQ_INT(attn_plan_n_parts(513), 2);
+    CHECK_EQ_INT(attn_plan_n_parts(1024), 2);
+    CHECK_EQ_INT(attn_plan_n_parts(1025), 3);
+    CHECK_EQ_INT(attn_plan_n_parts(4000), 8);
+    CHECK_EQ_INT(attn_plan_n_parts(131072), 256);
+}
+
+static void test_workspace_holds_partials_only_when_decode_splits(void) {
+    /* S=3, H=32, D=128: per (seq, head, partition) D + 2 floats */
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 513, 1, 32, 128), 3 * 32 * 2 * 130 * 4);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 4000, 1, 32, 128), 3 * 32 * 8 * 130 * 4);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(1, 1025, 1, 8, 64), 1 * 8 * 3 * 66 * 4);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(2, 600, 1, 4, 256), 2 * 4 * 2 * 258 * 4);
+    /* one partition: the decode kernel writes the output itself */
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 512, 1, 32, 128), 0);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 1, 1, 32, 128), 0);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 0, 1, 32, 128), 0);
+    /* prefill (any step with a sequence of more than one query token) needs none */
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 4000, 2, 32, 128), 0);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 4000, 700, 32, 128), 0);
+    /* unsupported head dim */
+    CHECK_EQ_INT(attn_plan_workspace_bytes(3, 4000, 1, 32, 96), 0);
+    /* grows with S and max_seq_len, so sizing once for the largest decode step is safe */
+    CHECK(attn_plan_workspace_bytes(8, 8192, 1, 32, 128) >= attn_plan_workspace_bytes(7, 8192, 1, 32, 128));
+    CHECK(attn_plan_workspace_bytes(8, 8192, 1, 32, 128) >= attn_plan_workspace_bytes(8, 8191, 1, 32, 128));
+}
+
+static void test_plan_workspace_layout_matches_its_byte_count(void) {
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 5, 5, 1500, 1, 32, 8, 128, 2), 0);
+    CHECK_EQ_INT(p.n_parts, 3);
+    CHECK(p.reduce);
+    size_t o = 5u * 32 * 3 * 128 * 4, ml = 5u * 32 * 3 * 4;
+    CHECK_EQ_INT(p.ws_m_offset, o);
+    CHECK_EQ_INT(p.ws_l_offset, o + ml);
+    CHECK_EQ_INT(p.workspace_bytes, o + 2 * ml);
+    CHECK_EQ_INT(p.workspace_bytes, attn_plan_workspace_bytes(5, 1500, 1, 32, 128));
+    CHECK_EQ_INT(p.ws_m_offset % 16, 0);
+    CHECK_EQ_INT(p.reduce_grid[0], 32);
+    CHECK_EQ_INT(p.reduce_grid[1], 5);
+    CHECK_EQ_INT(p.reduce_smem_bytes, 3 * 4);
+
+    CHECK_EQ_INT(attn_plan_make(&p, 5, 5, 300, 1, 32, 8, 128, 2), 0);
+    CHECK_EQ_INT(p.n_parts, 1);
+    CHECK(!p.reduce);
+    CHECK_EQ_INT(p.workspace_bytes, 0);
+}
+
+static void test_path_is_decode_only_when_every_query_is_one_token(void) {
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 4), 0);
+    CHECK_EQ_INT(p.path, ATTN_PATH_DECODE);
+    CHECK_EQ_INT(attn_plan_make(&p, 5, 4, 100, 2, 8, 8, 64, 4), 0); /* mixed: one sequence has 2 */
+    CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+    CHECK_EQ_INT(p.workspace_bytes, 0);
+    CHECK_EQ_INT(attn_plan_make(&p, 700, 1, 700, 700, 8, 8, 64, 4), 0);
+    CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+    /* a one-token prefill of a single sequence is a decode step */
+    CHECK_EQ_INT(attn_plan_make(&p, 1, 1, 1, 1, 8, 8, 64, 4), 0);
+    CHECK_EQ_INT(p.path, ATTN_PATH_DECODE);
+}
+
+static void test_decode_head_tile_covers_the_gqa_group(void) {
+    struct { int64_t H, Hkv, tile, n_tiles; } c[] = {
+        {8, 8, 1, 1}, {16, 8, 2, 1}, {12, 4, 4, 1}, {16, 4, 4, 1}, {20, 4, 8, 1},
+        {28, 4, 8, 1}, {32, 4, 8, 1}, {48, 4, 8, 2}, {128, 8, 8, 2}, {32, 1, 8, 4},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        attn_plan_t p;
+        CHECK_EQ_INT(attn_plan_make(&p, 3, 3, 2000, 1, c[i].H, c[i].Hkv, 128, 2), 0);
+        CHECK_EQ_INT(p.group, c[i].H / c[i].Hkv);
+        CHECK_EQ_INT(p.head_tile, c[i].tile);
+        CHECK_EQ_INT(p.n_head_tiles, c[i].n_tiles);
+        CHECK(p.head_tile * p.n_head_tiles >= p.group);
+        CHECK_EQ_INT(p.decode_grid[0], 4);
+        CHECK_EQ_INT(p.decode_grid[1], c[i].Hkv * c[i].n_tiles);
+        CHECK_EQ_INT(p.decode_grid[2], 3);
+    }
+}
+
+static void test_decode_smem_is_the_larger_of_loop_and_reduction(void) {
+    /* 128 B stats + 64 int64 slots, then max(q + p, reduction) fp32 */
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(8, 128, 8), 640 + 4 * (128 * 8 * 8));
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(8, 128, 4), 640 + 4 * (128 * 8 * 4));
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(1, 256, 8), 640 + 4 * 1024);      /* loop 320 < red 1024 */
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(1, 256, 4), 640 + 4 * 512);
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(2, 64, 4), 640 + 4 * (128 * 2 * 4)); /* loop 256 < red 1024 */
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 2, 2, 10, 1, 16, 2, 256, 2), 0);
+    CHECK_EQ_INT(p.vec, 8);
+    CHECK_EQ_INT(p.decode_smem_bytes, attn_plan_decode_smem_bytes(8, 256, 8));
+    CHECK(p.decode_smem_bytes <= 48 * 1024); /* no opt-in needed for decode */
+}
+
+static void test_prefill_tiles_by_head_dim(void) {
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 700, 1, 700, 700, 8, 2, 64, 2), 0);
+    CHECK_EQ_INT(p.q_tile, 64);
+    CHECK_EQ_INT(p.kv_tile, 64);
+    CHECK_EQ_INT(p.n_q_tiles, 11);
+    CHECK_EQ_INT(p.prefill_grid[0], 11);
+    CHECK_EQ_INT(p.prefill_grid[1], 8);
+    CHECK_EQ_INT(p.prefill_grid[2], 1);
+    CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (64 * 68 + 64 * 68 + 64 * 64 + 64 * 68) + 64 * 4);
+
+    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 64, 8, 2, 128, 4), 0);
+    CHECK_EQ_INT(p.q_tile, 64);
+    CHECK_EQ_INT(p.kv_tile, 32);
+    CHECK_EQ_INT(p.n_q_tiles, 1);
+    CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (64 * 132 + 32 * 132 + 32 * 128 + 64 * 36) + 64 * 4);
+
+    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 65, 8, 2, 256, 2), 0);
+    CHECK_EQ_INT(p.q_tile, 32);
+    CHECK_EQ_INT(p.kv_tile, 32);
+    CHECK_EQ_INT(p.n_q_tiles, 3);
+    CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (32 * 260 + 32 * 260 + 32 * 256 + 32 * 36) + 32 * 4);
+    CHECK(p.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
+
+    /* a meta without max_query_len falls back to T */
+    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 0, 8, 2, 128, 2), 0);
+    CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+    CHECK_EQ_INT(p.n_q_tiles, 3);
+}
+
+static void test_unsupported_shapes_are_rejected(void) {
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 96, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 80, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 512, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 0, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 3, 64, 2), -1); /* H % Hkv */
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 0, 64, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 0, 4, 100, 1, 8, 8, 64, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 0, 100, 1, 8, 8, 64, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 1), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 8), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 70000, 70000, 100, 1, 8, 8, 64, 2), -1); /* gridDim.z */
+    CHECK(!attn_plan_supports_head_dim(96));
+    CHECK(attn_plan_supports_head_dim(64) && attn_plan_supports_head_dim(128) && attn_plan_supports_head_dim(256));
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 2), 0);
+}
+
+int main(void) {
+    test_seed();
+    RUN(test_partitions_split_at_512_token_boundaries);
+    RUN(test_workspace_holds_partials_only_when_decode_splits);
+    RUN(test_plan_workspace_layout_matches_its_byte_count);
+    RUN(test_path_is_decode_only_when_every_query_is_one_token);
+    RUN(test_decode_head_tile_covers_the_gqa_group);
+    RUN(test_decode_smem_is_the_larger_of_loop_and_reduction);
+    RUN(test_prefill_tiles_by_head_dim);
+    RUN(test_unsupported_shapes_are_rejected);
+    return test_summary();
+}
