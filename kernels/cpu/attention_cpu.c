@@ -30,7 +30,8 @@ void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
     SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0);
     int64_t group = H / Hkv;
-#pragma omp parallel for collapse(2) schedule(static)
+    /* The work is about T * H * D * (context): bound the context by the block tables. */
+#pragma omp parallel for collapse(2) schedule(static) if (T * H * D * max_blocks * B >= CPU_PAR_MIN_WORK)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t h = 0; h < H; h++) {
             int64_t s = seq_of_token(query_start, S, t);

@@ -92,7 +92,7 @@ static void linear_rows(float *restrict out, const float *restrict in, const voi
 void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
                 int64_t K) {
     SL_ASSERT(dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16);
-#pragma omp parallel
+#pragma omp parallel if (T * N * K >= CPU_PAR_MIN_WORK)
     {
         float *row = dt == DTYPE_F32 ? NULL : sl_malloc((size_t)K * sizeof(float));
         for (int64_t t0 = 0; t0 < T; t0 += LINEAR_TILE_T) {

@@ -60,14 +60,14 @@ void cpu_from_f32(void *dst, const float *src, sl_dtype_t dt, int64_t n) {
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
                int64_t T) {
     size_t row_bytes = (size_t)n * dtype_size(dt);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * n >= CPU_PAR_MIN_WORK)
     for (int64_t t = 0; t < T; t++)
         cpu_to_f32(out + t * n, (const uint8_t *)table + (size_t)ids[t] * row_bytes, dt, n);
 }
 
 void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
                  float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * n >= CPU_PAR_MIN_WORK)
     for (int64_t t = 0; t < T; t++) {
         const float *x = in + t * n;
         float *y = out + t * n;
@@ -86,7 +86,7 @@ void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int6
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale) {
     int64_t half = D / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * half * (H + Hkv) * 8 >= CPU_PAR_MIN_WORK)
     for (int64_t t = 0; t < T; t++) {
         float pos = (float)positions[t];
         for (int64_t i = 0; i < half; i++) {
@@ -118,12 +118,12 @@ void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
 }
 
 void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * 8 >= CPU_PAR_MIN_WORK)
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 void cpu_add(float *x, const float *y, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN_WORK)
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 

@@ -48,6 +48,13 @@ static inline float f16_to_f32(uint16_t h) {
 
 uint16_t f32_to_f16(float f);
 
+/* Work (elements or multiply-adds) below which an op runs on the calling
+ * thread alone. Forking a team costs microseconds, and a team whose worker
+ * is descheduled (more runnable threads than cores) waits a whole scheduler
+ * slice at the barrier: for a small model's ops that turned microseconds into
+ * milliseconds. Every output is computed the same way either way. */
+#define CPU_PAR_MIN_WORK ((int64_t)1 << 15)
+
 /* Widens n elements of a F32/F16/BF16 array to fp32. */
 void cpu_to_f32(float *dst, const void *src, sl_dtype_t dt, int64_t n);
 /* Narrows n fp32 elements to dt (F32/F16/BF16), rounding to nearest even. */

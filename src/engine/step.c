@@ -256,7 +256,7 @@ bool engine_step(engine_t *e) {
         if (r->n_computed == r->n_tokens) e->sampled[n_rows++] = r;
     }
     SL_ASSERT(n_rows == e->batch.n_logits);
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (n_rows > 1 && (int64_t)n_rows * V >= ((int64_t)1 << 15))
     for (int32_t i = 0; i < n_rows; i++) {
         request_t *r = e->sampled[i];
         sampler_run(&r->params, e->logits + (size_t)i * (size_t)V, V, r->tokens, r->n_prompt,
