@@ -11,9 +11,11 @@
  * keys). Each K and V row of the partition is read from memory once for all
  * GT heads. The partition is walked in tiles of 64 tokens with an online
  * softmax whose running max / sum are per head and block-wide:
- *   QK:  16 groups of 8 lanes; a group takes one token at a time, each lane a
- *        16-byte vector of its K row per step (coalesced 128-byte rows) and
- *        GT dot products against q in shared memory, reduced by 3 shuffles.
+ *   QK:  groups of LPR = min(8, D / VEC) lanes (16 groups of 8; 32 groups of
+ *        4 at D=32 in 16-bit, whose 64-byte rows are 4 vectors); a group
+ *        takes one token at a time, each lane a 16-byte vector of its K row
+ *        per step (coalesced rows of up to 128 bytes) and GT dot products
+ *        against q in shared memory, reduced by log2(LPR) shuffles.
  *   max: a warp per head: tile max, rescale factor, p = exp(s - m), sum.
  *   PV:  thread (tg, c) owns 16-byte column chunk c of the V rows of tokens
  *        tg, tg + NG, ...; accumulators acc[GT][VEC] fp32, rescaled per tile.
@@ -26,9 +28,10 @@
  * Shared memory (dynamic, bytes = attn_plan_decode_smem_bytes): m, l, alpha
  * per head (128 B), 64 int64 slots of the tile, then a union of q (GT, D)
  * fp32 pre-scaled [stored plane-split: element c*VEC + j*4 + e of a head at
- * j*(D/NQ4) + c*4 + e, so 8 lanes reading chunks c..c+7 hit 8 distinct
- * 16-byte bank groups] + p (64, GT) during the loop, and the reduction
- * buffer (NG, GT, D) after it. 16.6 KB (f32) to 32.6 KB (16-bit) at GT = 8.
+ * j*(D/NQ4) + c*4 + e, so the LPR lanes of a group reading chunks c..c+LPR-1
+ * hit LPR distinct 16-byte bank groups] + p (64, GT) during the loop, and the
+ * reduction buffer (NG, GT, D) after it. 16.6 KB (f32) to 32.6 KB (16-bit)
+ * at GT = 8, for every D (NG * D = 128 * VEC).
  *
  * Next steps for speed: tensor cores for QK and PV when GT >= 4 (the FMA
  * count per K/V byte equals the H200's FP32 rate per HBM byte at GT = 8),
@@ -43,6 +46,7 @@ namespace slattn {
 template <typename T, int D, int GT> struct DecodeLayout {
     static constexpr int NT = ATTN_THREADS, TK = ATTN_DECODE_TILE, VEC = Vec<T>::N;
     static constexpr int NCH = D / VEC;    /* 16-byte chunks per row */
+    static constexpr int LPR = NCH < 8 ? NCH : 8; /* QK lanes per K row */
     static constexpr int NG = NT / NCH;    /* token groups of the PV phase */
     static constexpr int STATS = 0;        /* floats: m[8], l[8], alpha[8] */
     static constexpr int SLOT_BYTE = 128;  /* int64 slots[TK] */
@@ -56,7 +60,9 @@ template <typename T, int D, int GT> struct DecodeLayout {
      * needs ~130 registers for acc[8][8] and gets the full budget. */
     static constexpr int MIN_BLOCKS = GT >= 8 ? 1 : 4;
     static_assert(GT <= ATTN_DECODE_MAX_HEADS, "stats hold 8 heads");
-    static_assert(NCH % 8 == 0 && NT % NCH == 0, "8 lanes per K row; whole V rows per NCH threads");
+    static_assert(NCH % LPR == 0 && 32 % LPR == 0 && TK % (NT / LPR) == 0,
+                  "LPR lanes per K row, groups within a warp, whole rounds of tokens");
+    static_assert(NT % NCH == 0 && TK % NG == 0, "whole V rows per NCH threads, whole rounds of tokens");
     static_assert(TK == 64, "the max phase reads 2 scores per lane");
     static_assert((UNION * 4) % 16 == 0 && (P * 4) % 16 == 0, "float4 alignment");
 };
@@ -77,11 +83,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
                        float *__restrict__ ws_l) /* (S, H, n_parts) */
 {
     using L = DecodeLayout<T, D, GT>;
-    constexpr int NT = L::NT, TK = L::TK, VEC = L::VEC, NCH = L::NCH, NG = L::NG;
-    constexpr int CPL = NCH / 8;        /* chunks per lane in the QK phase */
+    constexpr int NT = L::NT, TK = L::TK, VEC = L::VEC, NCH = L::NCH, NG = L::NG, LPR = L::LPR;
+    constexpr int CPL = NCH / LPR;      /* chunks per lane in the QK phase */
     constexpr int NQ4 = VEC / 4;        /* float4s per chunk */
     constexpr int QPLANE = D / NQ4;     /* see the q layout in the header */
-    constexpr int NGRP = NT / 8;        /* QK lane groups */
+    constexpr int NGRP = NT / LPR;      /* QK lane groups */
     constexpr int P = ATTN_DECODE_PARTITION;
 
     extern __shared__ float4 smem4[];
@@ -126,7 +132,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
     const int32_t *table = block_tables + (int64_t)s * max_blocks;
     const int64_t kv_stride = (int64_t)Hkv * D; /* elements between consecutive slots */
     const T *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
-    const int li = tid & 7, grp = tid >> 3;     /* QK: lane in group, group */
+    const int li = tid % LPR, grp = tid / LPR;  /* QK: lane in group, group */
     const int warp = tid >> 5, lane = tid & 31; /* max phase */
     const int vc_chunk = tid % NCH, vtg = tid / NCH; /* PV: column chunk, token group */
 
@@ -152,7 +158,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
                 const T *krow = kbase + slot * kv_stride;
 #pragma unroll
                 for (int i = 0; i < CPL; i++) {
-                    const int c = li + 8 * i;
+                    const int c = li + LPR * i;
                     float kf[VEC];
                     load16(krow + c * VEC, kf);
 #pragma unroll
@@ -168,13 +174,12 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
                         }
                 }
             }
-            /* every lane of the warp shuffles (j differs between its 4 groups) */
+            /* every lane of the warp shuffles (j differs between its groups);
+             * offsets below LPR stay inside a group */
 #pragma unroll
-            for (int g = 0; g < GT; g++) {
-                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 1);
-                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 2);
-                dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], 4);
-            }
+            for (int g = 0; g < GT; g++)
+#pragma unroll
+                for (int o = 1; o < LPR; o <<= 1) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
             if (li == 0 && j < n_tile) {
 #pragma unroll
                 for (int g = 0; g < GT; g++) s_p[j * GT + g] = dot[g];
@@ -378,6 +383,7 @@ static cudaError_t launch_decode_d(const attn_plan_t *pl, const AttnArgs &a, cud
 template <typename T>
 static cudaError_t launch_decode(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     switch (pl->D) {
+    case 32: return launch_decode_d<T, 32>(pl, a, st);
     case 64: return launch_decode_d<T, 64>(pl, a, st);
     case 128: return launch_decode_d<T, 128>(pl, a, st);
     case 256: return launch_decode_d<T, 256>(pl, a, st);

@@ -10,14 +10,19 @@
  * spreads over 8 blocks per KV head). The decode head tile is the group size
  * rounded up to a power of two, capped at 8, so one block reads each K/V row
  * once for up to 8 query heads. Prefill tiles keep the fp32 shared-memory
- * tiles (Q, K, V, P) at 68-104 KB and a thread's accumulators under ~100
- * registers: BQ x BK = 64x64 (D=64), 64x32 (D=128), 32x32 (D=256).
+ * tiles (Q, K, V, P) at 43-104 KB and a thread's accumulators under ~100
+ * registers: BQ x BK = 64x64 (D=32 and D=64), 64x32 (D=128), 32x32 (D=256).
+ * D=32 keeps D=64's 64x64: its thread layout, and 43 KB (under the 48 KB
+ * default); a larger BQ would mostly add masked rows (decode rows of mixed
+ * batches, short prompts) and fewer blocks for the small models that use it.
+ * Other head dims (80, 96, 112) need a different thread layout: the decode
+ * PV phase needs 128 % (D / vec) == 0 and the prefill O columns D % 32 == 0.
  */
 #include "attention_plan.h"
 
 #include <string.h>
 
-int attn_plan_supports_head_dim(int64_t D) { return D == 64 || D == 128 || D == 256; }
+int attn_plan_supports_head_dim(int64_t D) { return D == 32 || D == 64 || D == 128 || D == 256; }
 
 int64_t attn_plan_n_parts(int64_t max_seq_len) {
     if (max_seq_len <= ATTN_DECODE_PARTITION) return 1;
@@ -79,8 +84,12 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->reduce_smem_bytes = (size_t)p->n_parts * sizeof(float);
 
     /* prefill */
-    p->q_tile = D == 64 ? ATTN_PREFILL_BQ_D64 : D == 128 ? ATTN_PREFILL_BQ_D128 : ATTN_PREFILL_BQ_D256;
-    p->kv_tile = D == 64 ? ATTN_PREFILL_BK_D64 : D == 128 ? ATTN_PREFILL_BK_D128 : ATTN_PREFILL_BK_D256;
+    switch (D) {
+    case 32: p->q_tile = ATTN_PREFILL_BQ_D32, p->kv_tile = ATTN_PREFILL_BK_D32; break;
+    case 64: p->q_tile = ATTN_PREFILL_BQ_D64, p->kv_tile = ATTN_PREFILL_BK_D64; break;
+    case 128: p->q_tile = ATTN_PREFILL_BQ_D128, p->kv_tile = ATTN_PREFILL_BK_D128; break;
+    default: p->q_tile = ATTN_PREFILL_BQ_D256, p->kv_tile = ATTN_PREFILL_BK_D256; break;
+    }
     /* max_query_len bounds every sequence's query count; a meta without it
      * (< 1) falls back to T, the bound that always holds. */
     int64_t qmax = max_query_len >= 1 ? max_query_len : T;

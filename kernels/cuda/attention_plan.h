@@ -36,6 +36,8 @@ extern "C" {
 #define ATTN_MAX_SMEM_BYTES (200 * 1024)
 
 /* Prefill tiles: query rows and KV rows per block step, by head dim. */
+#define ATTN_PREFILL_BQ_D32 64
+#define ATTN_PREFILL_BK_D32 64
 #define ATTN_PREFILL_BQ_D64 64
 #define ATTN_PREFILL_BK_D64 64
 #define ATTN_PREFILL_BQ_D128 64
@@ -77,7 +79,7 @@ typedef struct {
     size_t ws_m_offset, ws_l_offset;
 } attn_plan_t;
 
-/* Whether head dim D has kernels (64, 128, 256). */
+/* Whether head dim D has kernels (32, 64, 128, 256). */
 int attn_plan_supports_head_dim(int64_t D);
 
 /* Decode partitions for a longest context of max_seq_len tokens:
@@ -96,7 +98,7 @@ size_t attn_plan_workspace_bytes(int64_t S, int64_t max_seq_len, int64_t max_que
  * sl_attn_meta_t), H query and Hkv KV heads, head dim D, elements of
  * elem_bytes (4 or 2). Returns 0, or -1 (and *p unspecified) when the shape
  * is unsupported: T < 1, S < 1, H or Hkv < 1, H % Hkv != 0, D not in
- * {64, 128, 256}, elem_bytes not 2 or 4, or a grid dimension over CUDA's
+ * {32, 64, 128, 256}, elem_bytes not 2 or 4, or a grid dimension over CUDA's
  * limits. */
 int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
                    int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes);

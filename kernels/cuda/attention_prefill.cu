@@ -16,14 +16,17 @@
  * This first version uses fp32 FMA, no tensor cores (written without a GPU
  * to test on, correctness first). Thread (rg, cg) = (tid / 8, tid % 8) owns
  * rows rg + 16 i (i < BQ/16) of S, P and O: S columns cg + 8 c (c < BK/8) and
- * O columns 4 (cg + 8 k) .. +3 (k < D/32); the 8 threads of a row are 8
- * consecutive lanes, so row max / sum take 3 shuffles.
+ * O columns 4 (cg + 8 k) .. +3 (k < D/32: one float4 per row at D=32); the
+ * 8 threads of a row are 8 consecutive lanes, so row max / sum take 3
+ * shuffles. Tiles are staged by 16-byte vectors, D / VEC per row (4 at D=32
+ * in 16-bit), in whole rows per pass of 128 threads.
  *
- * Shared memory (dynamic, bytes = attn_plan_prefill_smem_bytes, > 48 KB so
- * the launcher raises the limit): fp32 q (BQ, D+4) pre-scaled, k (BK, D+4),
- * v (BK, D), p (BQ, BK+4), positions int32 (BQ). The +4 pads make the
- * float4 reads of 8 different rows by a quarter-warp hit 8 distinct 16-byte
- * bank groups. Tiles: 64x64 (D=64), 64x32 (D=128), 32x32 (D=256).
+ * Shared memory (dynamic, bytes = attn_plan_prefill_smem_bytes; the
+ * launcher raises the limit when it is over 48 KB, at every D but 32): fp32
+ * q (BQ, D+4) pre-scaled, k (BK, D+4), v (BK, D), p (BQ, BK+4), positions
+ * int32 (BQ). The +4 pads make the float4 reads of 8 different rows by a
+ * quarter-warp hit 8 distinct 16-byte bank groups. Tiles: 64x64 (D=32,
+ * D=64), 64x32 (D=128), 32x32 (D=256): 43 KB at D=32, 68-104 KB otherwise.
  *
  * Next step for speed: mma.sync m16n8k16 (bf16/f16) for Q K^T and P V with
  * ldmatrix from swizzled tiles, cp.async double-buffered K/V, one warp per
@@ -44,8 +47,8 @@ template <int D, int BQ, int BK> struct PrefillLayout {
     static_assert((K * 4) % 16 == 0 && (V * 4) % 16 == 0 && (P * 4) % 16 == 0, "float4 alignment");
 };
 
-/* 2 blocks per SM (their shared memory allows 2-3): up to 255 registers, which
- * the accumulators need; ptxas's own target of 168 spilled. */
+/* 2 blocks per SM (at D >= 64 their shared memory allows 2-3): up to 255
+ * registers, which the accumulators need; ptxas's own target of 168 spilled. */
 template <typename T, int D, int BQ, int BK>
 __global__ void __launch_bounds__(ATTN_THREADS, 2)
     attn_prefill_kernel(T *__restrict__ out,                      /* (T, H, D) */
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     using L = PrefillLayout<D, BQ, BK>;
     constexpr int NT = ATTN_THREADS, VEC = Vec<T>::N, NCH = D / VEC;
     constexpr int RQ = BQ / 16, CK = BK / 8, CD4 = D / 32, QP = L::QP, PP = L::PP;
-    static_assert(NT == 128, "16 x 8 thread layout");
+    static_assert(NT == 128 && BQ <= NT, "16 x 8 thread layout; one thread per row's position");
     static_assert((BQ * NCH) % NT == 0 && (BK * NCH) % NT == 0, "whole rows of chunks per pass");
 
     extern __shared__ float4 smem4[];
@@ -256,6 +259,7 @@ static cudaError_t launch_prefill_d(const attn_plan_t *pl, const AttnArgs &a, cu
 template <typename T>
 static cudaError_t launch_prefill(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     switch (pl->D) {
+    case 32: return launch_prefill_d<T, 32, ATTN_PREFILL_BQ_D32, ATTN_PREFILL_BK_D32>(pl, a, st);
     case 64: return launch_prefill_d<T, 64, ATTN_PREFILL_BQ_D64, ATTN_PREFILL_BK_D64>(pl, a, st);
     case 128: return launch_prefill_d<T, 128, ATTN_PREFILL_BQ_D128, ATTN_PREFILL_BK_D128>(pl, a, st);
     case 256: return launch_prefill_d<T, 256, ATTN_PREFILL_BQ_D256, ATTN_PREFILL_BK_D256>(pl, a, st);

@@ -11,7 +11,7 @@
  * are poisoned (all bits set: NaN in every dtype) before each run, and each
  * case runs twice to check the result is bitwise deterministic.
  *
- * Matrix: dt f32/bf16/f16 x D 64/128 x H/Hkv 1/4/8 (Hkv = 2) x block size
+ * Matrix: dt f32/bf16/f16 x D 32/64/128 x H/Hkv 1/4/8 (Hkv = 2) x block size
  * 16/32, for pure decode (contexts 1, 15, 16, 17, 600, 4000), pure prefill
  * (1, 100, 700 tokens), chunked prefill (positions 500..563 over 500 cached
  * tokens), a prefix hit (queries start at a block boundary) and mixed
@@ -157,13 +157,14 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     return ok;
 }
 
-/* The main matrix: dt x D {64, 128} x group {1, 4, 8} x block size {16, 32}. */
+/* The main matrix: dt x D {32, 64, 128} x group {1, 4, 8} x block size {16, 32}.
+ * D = 32 (models/tiny) has 64-byte rows in 16-bit: 4 vectors, not 8. */
 static void run_matrix(const char *name, const batch_spec_t *b) {
     const sl_dtype_t dts[3] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
-    const int64_t Ds[2] = {64, 128}, groups[3] = {1, 4, 8}, Bs[2] = {16, 32};
+    const int64_t Ds[3] = {32, 64, 128}, groups[3] = {1, 4, 8}, Bs[2] = {16, 32};
     memset(worst_abs, 0, sizeof worst_abs);
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < 3; j++)
             for (int g = 0; g < 3; g++)
                 for (int k = 0; k < 2; k++) {
                     cfg_t c = {dts[i], Ds[j], 2 * groups[g], 2, Bs[k]};
@@ -226,6 +227,8 @@ static void test_odd_block_sizes_and_group_sizes(void) {
         {DTYPE_BF16, 64, 24, 2, 16}, /* group 12: two head tiles of 8 */
         {DTYPE_BF16, 128, 32, 1, 16}, /* group 32: four head tiles */
         {DTYPE_F32, 256, 8, 2, 16},  {DTYPE_BF16, 256, 8, 4, 16}, {DTYPE_F16, 256, 4, 4, 32},
+        {DTYPE_BF16, 32, 4, 2, 16},  /* models/tiny: 4 heads, 2 KV heads */
+        {DTYPE_F16, 32, 6, 2, 5},    {DTYPE_F32, 32, 24, 2, 7}, {DTYPE_BF16, 32, 32, 1, 1},
     };
     memset(worst_abs, 0, sizeof worst_abs);
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {

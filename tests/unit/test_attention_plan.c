@@ -4,7 +4,8 @@
  * path, decode partitions, GQA head tiles, prefill tiles, grids, shared
  * memory and workspace bytes. These tests pin its arithmetic at the
  * boundaries (511/512/513 tokens, 0 and 1 token, group sizes around powers
- * of two) and its rejections, in every build, GPU or not.
+ * of two), the head dim 32 of models/tiny, and its rejections, in every
+ * build, GPU or not.
  */
 #include "../../kernels/cuda/attention_plan.h"
 #include "test.h"
@@ -28,6 +29,7 @@ static void test_workspace_holds_partials_only_when_decode_splits(void) {
     CHECK_EQ_INT(attn_plan_workspace_bytes(3, 4000, 1, 32, 128), 3 * 32 * 8 * 130 * 4);
     CHECK_EQ_INT(attn_plan_workspace_bytes(1, 1025, 1, 8, 64), 1 * 8 * 3 * 66 * 4);
     CHECK_EQ_INT(attn_plan_workspace_bytes(2, 600, 1, 4, 256), 2 * 4 * 2 * 258 * 4);
+    CHECK_EQ_INT(attn_plan_workspace_bytes(2, 1025, 1, 4, 32), 2 * 4 * 3 * 34 * 4);
     /* one partition: the decode kernel writes the output itself */
     CHECK_EQ_INT(attn_plan_workspace_bytes(3, 512, 1, 32, 128), 0);
     CHECK_EQ_INT(attn_plan_workspace_bytes(3, 1, 1, 32, 128), 0);
@@ -102,6 +104,8 @@ static void test_decode_smem_is_the_larger_of_loop_and_reduction(void) {
     CHECK_EQ_INT(attn_plan_decode_smem_bytes(1, 256, 8), 640 + 4 * 1024);      /* loop 320 < red 1024 */
     CHECK_EQ_INT(attn_plan_decode_smem_bytes(1, 256, 4), 640 + 4 * 512);
     CHECK_EQ_INT(attn_plan_decode_smem_bytes(2, 64, 4), 640 + 4 * (128 * 2 * 4)); /* loop 256 < red 1024 */
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(8, 32, 8), 640 + 4 * (128 * 8 * 8)); /* loop 768 < red 8192 */
+    CHECK_EQ_INT(attn_plan_decode_smem_bytes(1, 32, 4), 640 + 4 * 512);           /* loop 96 < red 512 */
     attn_plan_t p;
     CHECK_EQ_INT(attn_plan_make(&p, 2, 2, 10, 1, 16, 2, 256, 2), 0);
     CHECK_EQ_INT(p.vec, 8);
@@ -133,16 +137,61 @@ static void test_prefill_tiles_by_head_dim(void) {
     CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (32 * 260 + 32 * 260 + 32 * 256 + 32 * 36) + 32 * 4);
     CHECK(p.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
 
+    CHECK_EQ_INT(attn_plan_make(&p, 100, 2, 60, 70, 8, 2, 32, 2), 0);
+    CHECK_EQ_INT(p.q_tile, 64);
+    CHECK_EQ_INT(p.kv_tile, 64);
+    CHECK_EQ_INT(p.n_q_tiles, 2);
+    CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (64 * 36 + 64 * 36 + 64 * 32 + 64 * 68) + 64 * 4);
+    CHECK(p.prefill_smem_bytes <= 48 * 1024); /* no opt-in needed at D=32 */
+
     /* a meta without max_query_len falls back to T */
     CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 0, 8, 2, 128, 2), 0);
     CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
     CHECK_EQ_INT(p.n_q_tiles, 3);
 }
 
+/* models/tiny: hidden 128, 4 query heads, 2 KV heads, head_dim 32, in bf16 and f32. */
+static void test_head_dim_32_of_the_tiny_model_is_planned(void) {
+    CHECK(attn_plan_supports_head_dim(32));
+    for (int64_t eb = 2; eb <= 4; eb += 2) {
+        attn_plan_t p;
+        CHECK_EQ_INT(attn_plan_make(&p, 3, 3, 1500, 1, 4, 2, 32, eb), 0);
+        CHECK_EQ_INT(p.path, ATTN_PATH_DECODE);
+        CHECK_EQ_INT(p.vec, 16 / eb);
+        CHECK_EQ_INT(p.head_tile, 2);
+        CHECK_EQ_INT(p.n_head_tiles, 1);
+        CHECK_EQ_INT(p.decode_grid[0], 3);
+        CHECK_EQ_INT(p.decode_grid[1], 2);
+        CHECK_EQ_INT(p.decode_grid[2], 3);
+        CHECK_EQ_INT(p.decode_smem_bytes, attn_plan_decode_smem_bytes(2, 32, 16 / eb));
+        CHECK_EQ_INT(p.workspace_bytes, 3 * 4 * 3 * 34 * 4);
+        CHECK_EQ_INT(p.ws_m_offset, 3 * 4 * 3 * 32 * 4);
+        CHECK_EQ_INT(p.ws_l_offset, p.ws_m_offset + 3 * 4 * 3 * 4);
+        CHECK_EQ_INT(p.ws_m_offset % 16, 0);
+
+        CHECK_EQ_INT(attn_plan_make(&p, 130, 2, 700, 129, 4, 2, 32, eb), 0);
+        CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+        CHECK_EQ_INT(p.n_q_tiles, 3);
+        CHECK_EQ_INT(p.prefill_grid[1], 4);
+        CHECK_EQ_INT(p.workspace_bytes, 0);
+    }
+    /* GQA groups 1, 4 and 8 (Hkv = 2): head tiles 1, 4, 8 */
+    const int64_t groups[3] = {1, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        attn_plan_t p;
+        CHECK_EQ_INT(attn_plan_make(&p, 2, 2, 600, 1, 2 * groups[i], 2, 32, 2), 0);
+        CHECK_EQ_INT(p.head_tile, groups[i]);
+        CHECK(p.decode_smem_bytes <= 48 * 1024);
+    }
+}
+
 static void test_unsupported_shapes_are_rejected(void) {
     attn_plan_t p;
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 96, 2), -1);
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 80, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 112, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 16, 2), -1);
+    CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 48, 4), -1);
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 512, 2), -1);
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 0, 2), -1);
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 3, 64, 2), -1); /* H % Hkv */
@@ -153,7 +202,8 @@ static void test_unsupported_shapes_are_rejected(void) {
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 8), -1);
     CHECK_EQ_INT(attn_plan_make(&p, 70000, 70000, 100, 1, 8, 8, 64, 2), -1); /* gridDim.z */
     CHECK(!attn_plan_supports_head_dim(96));
-    CHECK(attn_plan_supports_head_dim(64) && attn_plan_supports_head_dim(128) && attn_plan_supports_head_dim(256));
+    CHECK(attn_plan_supports_head_dim(32) && attn_plan_supports_head_dim(64) && attn_plan_supports_head_dim(128) &&
+          attn_plan_supports_head_dim(256));
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 2), 0);
 }
 
@@ -166,6 +216,7 @@ int main(void) {
     RUN(test_decode_head_tile_covers_the_gqa_group);
     RUN(test_decode_smem_is_the_larger_of_loop_and_reduction);
     RUN(test_prefill_tiles_by_head_dim);
+    RUN(test_head_dim_32_of_the_tiny_model_is_planned);
     RUN(test_unsupported_shapes_are_rejected);
     return test_summary();
 }
