@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,8 +195,26 @@ static bool drain(http_req_t *r, route_job_t *j) {
     return all_done;
 }
 
+/* True when the client closed its end (or the socket failed). A parked
+ * non-streaming request writes nothing until it is done, so the socket is
+ * looked at on every wake-up instead (engine events, the 2 s ticker): EOF
+ * means the client is gone and its request is aborted, as vLLM does for a
+ * client that disconnects from a non-streaming request. */
+static bool peer_closed(http_req_t *r) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static enum MHD_Result job_continue(http_req_t *r) {
     route_job_t *j = r->job;
+    if (!j->finished && peer_closed(r)) {
+        r->client_gone = true;
+        routes_release(r); /* aborts the engine work; its blocks are freed at the next step */
+        return MHD_NO;     /* MHD closes the connection */
+    }
     for (;;) {
         if (drain(r, j)) {
             j->finished = true;
