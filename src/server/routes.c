@@ -197,9 +197,9 @@ static bool drain(http_req_t *r, route_job_t *j) {
 
 /* True when the client closed its end (or the socket failed). A parked
  * non-streaming request writes nothing until it is done, so the socket is
- * looked at on every wake-up instead (engine events, the 2 s ticker): EOF
- * means the client is gone and its request is aborted, as vLLM does for a
- * client that disconnects from a non-streaming request. */
+ * looked at when the ticker wakes it (every keepalive_s, not on each token
+ * event): EOF means the client is gone and its request is aborted, as vLLM
+ * does for a client that disconnects from a non-streaming request. */
 static bool peer_closed(http_req_t *r) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
@@ -210,7 +210,10 @@ static bool peer_closed(http_req_t *r) {
 
 static enum MHD_Result job_continue(http_req_t *r) {
     route_job_t *j = r->job;
-    if (!j->finished && peer_closed(r)) {
+    pthread_mutex_lock(&r->mu);
+    bool ticked = r->tick;
+    pthread_mutex_unlock(&r->mu);
+    if (ticked && !j->finished && peer_closed(r)) {
         r->client_gone = true;
         routes_release(r); /* aborts the engine work; its blocks are freed at the next step */
         return MHD_NO;     /* MHD closes the connection */
