@@ -24,7 +24,7 @@
 enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,
     E_NO_PREFIX, E_CHUNKED, E_NO_CHUNKED, E_BATCHED, E_SEQS, E_BATCHING, E_SEED, E_THREADS,
-    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP,
+    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE,
 };
 
 const struct option engine_long_options[] = {
@@ -47,6 +47,8 @@ const struct option engine_long_options[] = {
     {"gpu-memory-utilization", required_argument, 0, E_GPU_UTIL},
     {"enforce-eager", no_argument, 0, E_EAGER},
     {"skip-warmup", no_argument, 0, E_SKIP_WARMUP},
+    {"cuda-graph-sizes", required_argument, 0, E_GRAPH_SIZES},
+    {"max-seq-len-to-capture", required_argument, 0, E_SEQ_TO_CAPTURE},
     {0, 0, 0, 0},
 };
 
@@ -55,8 +57,8 @@ const char *engine_usage =
     "  [--load-format auto|safetensors|dummy] [--max-model-len N] [--block-size 16]\n"
     "  [--gpu-memory-utilization 0.9] [--num-gpu-blocks-override N] [--kv-cache-memory-bytes N]\n"
     "  [--[no-]enable-prefix-caching] [--[no-]enable-chunked-prefill] [--max-num-batched-tokens 2048]\n"
-    "  [--max-num-seqs 256] [--enforce-eager] [--batching continuous|static] [--seed 0] [--threads N]\n"
-    "  [--skip-warmup]\n";
+    "  [--max-num-seqs 256] [--enforce-eager] [--cuda-graph-sizes N|N,N,...] [--max-seq-len-to-capture 8192]\n"
+    "  [--batching continuous|static] [--seed 0] [--threads N] [--skip-warmup]\n";
 
 void engine_args_default(engine_args_t *a) {
     memset(a, 0, sizeof *a);
@@ -68,6 +70,7 @@ void engine_args_default(engine_args_t *a) {
                                        .enable_chunked_prefill = true};
     a->device = DEVICE_AUTO;
     a->gpu_memory_utilization = 0.9;
+    a->max_seq_len_to_capture = 8192;
 }
 
 static long long parse_human_int(const char *flag, const char *value, double max) {
@@ -157,6 +160,28 @@ int engine_args_handle(engine_args_t *a, int c, const char *v) {
     }
     case E_EAGER: a->enforce_eager = true; return 1;
     case E_SKIP_WARMUP: a->skip_warmup = true; return 1;
+    case E_GRAPH_SIZES: {
+        /* vLLM takes several values after the flag; here one value or a comma list. */
+        a->n_cuda_graph_sizes = 0;
+        const char *p = v;
+        for (;;) {
+            char num[32];
+            size_t len = strcspn(p, ",");
+            if (len == 0 || len >= sizeof num || a->n_cuda_graph_sizes == CLI_MAX_GRAPH_SIZES)
+                cli_usage_error("", "argument --cuda-graph-sizes: invalid value '%s' (one size, or up to %d "
+                                "comma-separated sizes)", v, CLI_MAX_GRAPH_SIZES);
+            memcpy(num, p, len);
+            num[len] = '\0';
+            a->cuda_graph_sizes[a->n_cuda_graph_sizes++] =
+                (int32_t)cli_parse_int("--cuda-graph-sizes", num, 1, 1 << 16);
+            if (!p[len]) break;
+            p += len + 1;
+        }
+        return 1;
+    }
+    case E_SEQ_TO_CAPTURE:
+        a->max_seq_len_to_capture = (int32_t)cli_parse_int("--max-seq-len-to-capture", v, 1, INT32_MAX);
+        return 1;
     }
     return 0;
 }
@@ -231,17 +256,10 @@ static void dummy_batch(sl_batch_t *b, int32_t S, int32_t T, int32_t max_model_l
     }
 }
 
-/* One block of KV cache, zeroed so attention over it reads finite values. */
+/* One block of KV cache (kv_cache_init zeroes block 0, so attention over it reads finite values). */
 static void scratch_kv(kv_cache_t *kv, const llama_model_t *m, int32_t block_size) {
     sl_err_t err;
     if (kv_cache_init(kv, m, 1, block_size, &err)) sl_die("%s", err.msg);
-    size_t n = (size_t)block_size * (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * dtype_size(m->ops->act_dtype);
-    void *zeros = sl_calloc(1, n);
-    for (int64_t l = 0; l < kv->n_layers; l++) {
-        m->ops->upload(m->ops->ctx, kv->k[l], zeros, n);
-        m->ops->upload(m->ops->ctx, kv->v[l], zeros, n);
-    }
-    free(zeros);
 }
 
 static int32_t min32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
@@ -264,6 +282,49 @@ static void run_shapes(llama_model_t *m, const kv_cache_t *kv, int32_t max_model
     }
     free(logits);
     batch_free(&b);
+}
+
+/* CUDA graphs of decode steps, as vLLM's capture_model: the sizes of
+ * --cuda-graph-sizes (one value: vLLM's pattern up to it, by default
+ * min(2 * max_num_seqs, 512); several: those), for contexts up to
+ * --max-seq-len-to-capture. --skip-warmup defers each capture to its size's
+ * first use, so that cold start shows in the first decode steps too. */
+static void capture_graphs(const engine_args_t *a, engine_bundle_t *b, int32_t max_model_len) {
+    if (a->enforce_eager) {
+        LOG_INFO("Skipping CUDA graph capture (--enforce-eager): decode runs eagerly.");
+        return;
+    }
+    const sched_config_t *sc = &a->engine.sched;
+    int32_t sizes[CLI_MAX_GRAPH_SIZES + 80];
+    int n;
+    if (a->n_cuda_graph_sizes > 1) {
+        n = a->n_cuda_graph_sizes;
+        memcpy(sizes, a->cuda_graph_sizes, (size_t)n * sizeof sizes[0]);
+    } else {
+        int32_t top = a->n_cuda_graph_sizes == 1 ? a->cuda_graph_sizes[0] : min32(2 * (int64_t)sc->max_num_seqs, 512);
+        n = llama_graph_sizes(top, sc->max_num_seqs, sc->max_num_batched_tokens, sizes, (int)(sizeof sizes / sizeof sizes[0]));
+    }
+    int32_t max_seq_len = min32(a->max_seq_len_to_capture, max_model_len);
+    const sl_ops_t *ops = b->model.ops;
+    int64_t free0, free1, total;
+    sl_err_t err;
+    mem_now(ops, &free0, &total);
+    double t0 = sl_now_s();
+    if (engine_capture_graphs(b->engine, sizes, n, max_seq_len, a->skip_warmup, &err))
+        sl_die("%s. Hint: --enforce-eager runs without CUDA graphs", err.msg);
+    mem_now(ops, &free1, &total);
+    const llama_model_t *m = &b->model;
+    if (m->n_graphs == 0) {
+        LOG_INFO("No CUDA graph size fits --max-num-seqs %d: decode runs eagerly.", sc->max_num_seqs);
+    } else if (a->skip_warmup) {
+        LOG_INFO("Deferring CUDA graph capture to each batch size's first use (--skip-warmup): %d sizes, 1 to %d "
+                 "sequences, contexts up to %d tokens", m->n_graphs, m->graph_sizes[m->n_graphs - 1], max_seq_len);
+    } else {
+        LOG_INFO("Graph capturing finished in %.0f secs, took %.2f GiB", sl_now_s() - t0,
+                 (double)(free0 > free1 ? free0 - free1 : 0) / GIB);
+        LOG_DEBUG("CUDA graphs: %d sizes, 1 to %d sequences, contexts up to %d tokens", m->n_graphs,
+                  m->graph_sizes[m->n_graphs - 1], max_seq_len);
+    }
 }
 
 static void load_cuda(engine_args_t *a, engine_bundle_t *b, const model_config_t *cfg, int32_t max_blocks,
@@ -387,10 +448,7 @@ static void load_cuda(engine_args_t *a, engine_bundle_t *b, const model_config_t
     engine_stats_t st;
     engine_get_stats(b->engine, &st);
     SL_ASSERT(st.n_blocks == sized.n_blocks);
-    if (a->enforce_eager)
-        LOG_INFO("Skipping CUDA graph capture (--enforce-eager): decode runs eagerly.");
-    else
-        LOG_INFO("CUDA graphs are not implemented yet: decode runs eagerly, as with --enforce-eager.");
+    capture_graphs(a, b, L);
     LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);
 }
 #endif

@@ -3,8 +3,8 @@
  *   --device auto|cpu|cuda --dtype --load-format --max-model-len --block-size
  *   --gpu-memory-utilization --num-gpu-blocks-override --kv-cache-memory-bytes
  *   --[no-]enable-prefix-caching --[no-]enable-chunked-prefill --max-num-batched-tokens
- *   --max-num-seqs --enforce-eager --batching continuous|static --seed --threads
- *   --skip-warmup (lab)
+ *   --max-num-seqs --enforce-eager --cuda-graph-sizes --max-seq-len-to-capture
+ *   --batching continuous|static --seed --threads --skip-warmup (lab)
  *
  * Defaults are vLLM's for a small GPU (max-num-seqs 256, max-num-batched-tokens
  * 2048, or max(max_model_len, 2048) without chunked prefill, as vLLM sets it),
@@ -22,6 +22,8 @@
 
 typedef enum { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA } device_kind_t;
 
+#define CLI_MAX_GRAPH_SIZES 128
+
 typedef struct {
     const char *model_dir;
     model_load_opts_t load;
@@ -33,7 +35,10 @@ typedef struct {
     device_kind_t device;               /* --device: auto = cuda when built with it and a device works */
     double gpu_memory_utilization;      /* --gpu-memory-utilization (0.9), CUDA only */
     bool kv_cache_memory_bytes_set;     /* CUDA: given bytes win over the utilization */
-    bool enforce_eager;                 /* --enforce-eager (CUDA graphs are not implemented: always eager) */
+    bool enforce_eager;                 /* --enforce-eager: no CUDA graphs */
+    int32_t cuda_graph_sizes[CLI_MAX_GRAPH_SIZES]; /* --cuda-graph-sizes (none: vLLM's default) */
+    int n_cuda_graph_sizes;
+    int32_t max_seq_len_to_capture;     /* --max-seq-len-to-capture (8192): longer contexts run eagerly */
     bool skip_warmup;                   /* --skip-warmup (lab): no warm-up forward, a cold first request */
 } engine_args_t;
 

@@ -59,6 +59,10 @@ typedef struct engine engine_t;
 engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const tokenizer_t *tok,
                         uint64_t seed, sl_err_t *err);
 void engine_free(engine_t *e);
+/* Captures CUDA graphs of decode steps against the engine's KV cache (model.h,
+ * llama_capture_graphs); call before engine_start. */
+int engine_capture_graphs(engine_t *e, const int32_t *sizes, int n, int32_t max_seq_len, bool lazy,
+                          sl_err_t *err);
 
 /* Starts / stops the engine thread. Without a thread, drive it with engine_step. */
 void engine_start(engine_t *e);

@@ -76,6 +76,19 @@ typedef struct {
     int32_t *d_token_ids, *d_positions, *d_query_start, *d_seq_lens, *d_block_tables,
         *d_logits_index;
     int64_t *d_slot_mapping;
+    /* Device backends (ops->logits_device): the step's fp32 logits (max_seqs, V)
+     * stay here, for the device sampler or one download. NULL on CPU. */
+    float *d_logits;
+    /* CUDA graphs of decode steps (llama_capture_graphs); n_graphs 0: none. */
+    int32_t n_graphs;
+    int32_t *graph_sizes;       /* (n_graphs) ascending padded batch sizes */
+    void **graphs;              /* (n_graphs) NULL: not captured (yet) */
+    bool *graph_failed;         /* (n_graphs) its capture failed: that size runs eagerly */
+    bool graph_lazy;            /* capture a size at its first use, not at startup */
+    int32_t graph_max_seq_len;  /* longer contexts run eagerly */
+    const kv_cache_t *graph_kv; /* the cache the graphs read and write */
+    sl_batch_t graph_batch;     /* host staging of the padded batch */
+    int64_t n_graph_steps, n_eager_steps; /* decode steps replayed / steps run op by op */
 } llama_model_t;
 
 /* Loads config + weights and allocates scratch for batches of up to
@@ -92,7 +105,42 @@ void kv_cache_free(kv_cache_t *kv, const llama_model_t *m);
 size_t kv_cache_block_bytes(const model_config_t *cfg, int64_t block_size, sl_dtype_t dt);
 
 /* Runs one step. `logits` (b->n_logits, V) fp32 host memory receives the
- * logits of the rows in b->logits_index. */
+ * logits of the rows in b->logits_index; NULL leaves them in m->d_logits
+ * (device backends only). A decode step runs from a CUDA graph when one fits
+ * (below), otherwise op by op. */
 void llama_forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, float *logits);
+
+/* ---- CUDA graphs of decode steps -------------------------------------------
+ * A decode step (one new token per sequence, every sequence sampled) of S
+ * sequences is padded to the smallest captured size >= S and replayed from
+ * that size's graph, when its longest context is at most graph_max_seq_len
+ * (vLLM's max_seq_len_to_capture: longer contexts run eagerly, as in vLLM)
+ * and kv is the cache the graphs were captured against. A padding row is
+ * token 0 at position 0 with a context of one token in the null block 0 and
+ * no KV write (slot -1); its logits are computed and never read. Replays
+ * read every per-step value from device memory (the batch arrays, seq_lens),
+ * never from the host values the capture saw: the attention's partition
+ * count is fixed by graph_max_seq_len, and a sequence uses the partitions its
+ * own length needs. */
+
+/* vLLM's capture sizes for --cuda-graph-sizes `max_size`: 1, 2, 4, then the
+ * multiples of 8 up to max_size, none above max_num_batched_tokens; ours stop
+ * at the first size >= max_num_seqs (no decode step has more sequences).
+ * Writes them ascending to out (at most cap) and returns how many. */
+int llama_graph_sizes(int32_t max_size, int32_t max_num_seqs, int32_t max_num_batched_tokens, int32_t *out,
+                      int cap);
+/* Index of the smallest of sizes[0, n) (ascending) that is >= S, or -1. */
+int llama_graph_bucket(const int32_t *sizes, int n, int32_t S);
+/* dst = src (a decode step of S <= S_pad sequences) followed by S_pad - S
+ * padding rows. dst has room for S_pad sequences and src's max_blocks. */
+void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad);
+/* Captures a graph per size (sizes need not be sorted; duplicates and sizes
+ * above max_seqs or max_tokens are dropped), largest first, each after one
+ * eager warm-up run of its shape; `lazy` defers each capture to the size's
+ * first use instead. 0, or -1 with err (the backend has no graphs, or a
+ * capture failed: the backend's message). */
+int llama_capture_graphs(llama_model_t *m, const kv_cache_t *kv, const int32_t *sizes, int n,
+                         int32_t max_seq_len, bool lazy, sl_err_t *err);
+void llama_free_graphs(llama_model_t *m);
 
 #endif

@@ -33,6 +33,9 @@ typedef struct {
     const int32_t *query_start;  /* (S+1) */
     const int32_t *seq_lens;     /* (S) */
     const int32_t *block_tables; /* (S, max_blocks) */
+    /* The step is captured in (or warms up for) a CUDA graph: a device
+     * backend must keep its scratch at addresses that never move. */
+    int32_t for_graph;
 } sl_attn_meta_t;
 
 typedef struct sl_ops sl_ops_t;
@@ -104,6 +107,24 @@ struct sl_ops {
      * The caller owns what to do: at startup die with the message; in the
      * engine, fail the requests of the step whose forward it was (step.c). */
     int (*last_error)(void *ctx, char *msg, size_t cap);
+
+    /* Optional (device backends): logits into backend memory, out(S, w->rows)
+     * fp32 = in . w^T, so that they need not cross to the host (the sampler
+     * reads them where they are). */
+    void (*logits_device)(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S);
+
+    /* Optional CUDA graphs (NULL: every step runs op by op). Between
+     * graph_begin and graph_end the ops record into a graph instead of
+     * running; nothing in between may allocate, upload, download or wait
+     * (llama.c uploads the batch before a replay and reads the logits after).
+     * graph_end instantiates what was recorded and returns it, or NULL with
+     * the reason in last_error; graph_launch replays one on the backend's
+     * stream (its inputs are whatever the captured buffers hold then);
+     * graph_free releases one. */
+    void (*graph_begin)(void *ctx);
+    void *(*graph_end)(void *ctx);
+    void (*graph_launch)(void *ctx, void *graph);
+    void (*graph_free)(void *ctx, void *graph);
 };
 
 /* The CPU backend (OpenMP). `n_threads` <= 0 uses OpenMP's default. */

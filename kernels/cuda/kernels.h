@@ -16,6 +16,7 @@
 
 #include "servelab/config.h"
 #include "servelab/ops.h"
+#include "servelab/sampling.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,29 @@ size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int6
 int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const sl_attn_meta_t *meta,
                   int64_t H, int64_t Hkv, int64_t D, int64_t block_size, float scale, sl_dtype_t dt,
                   void *workspace, size_t workspace_bytes, void *stream);
+
+/* ---- sampling on the device (sampling.cu) --------------------------------------
+ * sampler_run_u (src/engine/sampling.c) on S rows of fp32 logits at once, so
+ * that only the chosen tokens (and requested logprobs) cross PCIe. One row per
+ * sequence, filled on the host by sampling_row_resolve (sampling.h: the row
+ * struct, the flat `ids` / `bias` arrays its offsets point into, and the
+ * draw u, taken from the request's generator when sampling_draws). Results
+ * are those of sampler_run_u on the same row, ids and bias: bit for bit
+ * (same float32 operations, exp taken as the correctly rounded float), but
+ * for sums in double taken in another order, so the draw may pick the
+ * neighbouring kept token when u * total falls within rounding of a token's
+ * cumulative boundary (and a top_p cut may move the same way). NaN logits
+ * are not supported beyond greedy and logprobs. */
+typedef sampling_row_t slk_sample_row_t;
+
+/* Bytes of device scratch slk_sample needs for S rows of V logits. */
+size_t slk_sample_workspace_bytes(int64_t S, int64_t V);
+/* Samples S rows of logits(S, V) fp32 into out (S) (device memory, the
+ * struct of sampling.h). rows (S), ids and bias are device memory.
+ * `workspace` (slk_sample_workspace_bytes) must be zero-filled once when
+ * allocated: the kernel leaves it as it found it. */
+int slk_sample(const float *logits, int64_t S, int64_t V, const slk_sample_row_t *rows, const int32_t *ids,
+               const float *bias, void *workspace, sample_result_t *out, void *stream);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,15 @@
  * through a pinned staging buffer (no stream sync per upload; the staging
  * area is reused only after an event says its copies are done); larger ones
  * sync, so the caller may free its source at once. download waits.
+ * CUDA graphs: graph_begin/graph_end capture the ops in between from the
+ * stream (relaxed mode: nothing between them allocates or waits, which the
+ * code below enforces, but cuBLAS and the kernels' shared-memory opt-ins may
+ * make runtime calls that stricter modes refuse). cuBLAS gets a fixed
+ * workspace (cublasSetWorkspace), so no GEMM allocates while capturing; a
+ * step for a graph (meta->for_graph) puts its attention partials in a
+ * workspace of their own that is sized by the warm-up before the first
+ * capture and never moves after (a graph holds its address), while eager
+ * steps keep growing theirs as contexts get longer.
  * Errors: at init one line with a hint; in an op nothing exits, the first
  * failure is recorded, later ops are skipped, and last_error hands it over
  * (ops.h). SERVELAB_CUDA_SYNC_OPS=1 syncs after every op so an asynchronous
@@ -31,6 +40,8 @@
 #include "servelab/ops.h"
 
 #define STAGING_BYTES ((size_t)1 << 20)
+/* cuBLAS's workspace: what NVIDIA recommends for Hopper (32 MiB). */
+#define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 #define STAGING_ALIGN ((size_t)256)
 #define HINT_CPU "Hint: run with --device cpu"
 
@@ -41,6 +52,11 @@ typedef struct {
     cublasHandle_t blas;
     void *attn_ws;          /* slk_attention's split partials, grown on demand */
     size_t attn_ws_bytes;
+    void *graph_ws;         /* the same for steps of CUDA graphs: fixed once a graph exists */
+    size_t graph_ws_bytes;
+    void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
+    int capturing;          /* between graph_begin and graph_end */
+    int n_graphs;           /* graphs alive */
     float *d_logits;        /* (S, V) fp32 logits on the device before download */
     size_t d_logits_bytes;
     uint8_t *staging;       /* pinned host memory for small uploads */
@@ -95,7 +111,7 @@ static int launch_ok(cuda_ctx_t *c, int rc, const char *launcher, int line) {
 /* With SERVELAB_CUDA_SYNC_OPS=1, a kernel's asynchronous fault is caught right
  * after the op that enqueued it, and named. */
 static void op_end(cuda_ctx_t *c, const char *op) {
-    if (!c->sync_ops || c->failed) return;
+    if (!c->sync_ops || c->failed || c->capturing) return;
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -124,6 +140,11 @@ static void check_weight(const cuda_ctx_t *c, const sl_weight_t *w) { SL_ASSERT(
  * largest need, so serving normally never grows. */
 static int grow(cuda_ctx_t *c, void **buf, size_t *cap, size_t need, const char *what) {
     if (need <= *cap) return 1;
+    if (c->capturing) {
+        record(c, __LINE__, "the %s needs %zu bytes while a CUDA graph is being captured (it holds %zu): the "
+               "warm-up run before the capture should have sized it", what, need, *cap);
+        return 0;
+    }
     size_t n = need > *cap + *cap / 2 ? need : *cap + *cap / 2;
     n = (n + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
     if (*buf) {
@@ -167,6 +188,7 @@ static void cu_free(void *ctx, void *p) {
 
 static void cu_upload(void *ctx, void *dst, const void *src, size_t n) {
     cuda_ctx_t *c = ctx;
+    SL_ASSERT(!c->capturing); /* a graph would replay the copy from a reused staging area */
     if (c->failed || n == 0) return;
     if (n <= STAGING_BYTES - STAGING_ALIGN) {
         if (c->staging_off + n > STAGING_BYTES) {
@@ -188,6 +210,7 @@ static void cu_upload(void *ctx, void *dst, const void *src, size_t n) {
 
 static void cu_download(void *ctx, void *dst, const void *src, size_t n) {
     cuda_ctx_t *c = ctx;
+    SL_ASSERT(!c->capturing);
     if (n == 0) return;
     if (!c->failed && CU(c, cudaMemcpyAsync, (dst, src, n, cudaMemcpyDeviceToHost, c->stream)) &&
         CU(c, cudaStreamSynchronize, (c->stream)))
@@ -301,9 +324,15 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
     size_t need = slk_attention_workspace_bytes(m, H, D);
-    if (!grow(c, &c->attn_ws, &c->attn_ws_bytes, need, "attention workspace")) return;
-    int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, c->attn_ws, c->attn_ws_bytes,
-                           c->stream);
+    void **ws = m->for_graph ? &c->graph_ws : &c->attn_ws;
+    size_t *ws_bytes = m->for_graph ? &c->graph_ws_bytes : &c->attn_ws_bytes;
+    if (m->for_graph && c->n_graphs > 0 && need > *ws_bytes) {
+        record(c, __LINE__, "a CUDA graph step needs %zu bytes of attention workspace, more than the %zu its "
+               "graphs were captured with", need, *ws_bytes);
+        return;
+    }
+    if (!grow(c, ws, ws_bytes, need, "attention workspace")) return;
+    int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, *ws, *ws_bytes, c->stream);
     if (rc != 0) {
         /* Name the shape: a refused one (an unsupported head dim, say) is the likely cause. */
         (void)cudaGetLastError();
@@ -345,6 +374,65 @@ static void op_logits(void *ctx, float *host_logits, const void *in, const sl_we
         op_end(c, "logits");
     }
     cu_download(c, host_logits, c->d_logits, n_bytes); /* zeros if anything failed */
+}
+
+static void op_logits_device(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    gemm(c, out, CUDA_R_32F, in, w, S, "logits");
+    op_end(c, "logits");
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------ */
+
+static void cu_graph_begin(void *ctx) {
+    cuda_ctx_t *c = ctx;
+    SL_ASSERT(!c->capturing);
+    if (c->failed) return;
+    if (CU(c, cudaStreamBeginCapture, (c->stream, cudaStreamCaptureModeRelaxed))) c->capturing = 1;
+}
+
+static void *cu_graph_end(void *ctx) {
+    cuda_ctx_t *c = ctx;
+    if (!c->capturing) {
+        if (!c->failed) record(c, __LINE__, "no CUDA graph capture was under way (cudaStreamBeginCapture failed?)");
+        return NULL;
+    }
+    c->capturing = 0;
+    /* Always end the capture, even after a failed op, so the stream leaves capture mode. */
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    if (c->failed || !cuda_ok(c, e, "cudaStreamEndCapture", __LINE__)) {
+        if (graph) cudaGraphDestroy(graph);
+        return NULL;
+    }
+    cudaGraphExec_t exec = NULL;
+    int ok = CU(c, cudaGraphInstantiate, (&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    if (!ok) return NULL;
+    /* Moves the graph's setup to the device now, not at its first launch. */
+    if (!CU(c, cudaGraphUpload, (exec, c->stream))) {
+        cudaGraphExecDestroy(exec);
+        return NULL;
+    }
+    c->n_graphs++;
+    return exec;
+}
+
+static void cu_graph_launch(void *ctx, void *graph) {
+    cuda_ctx_t *c = ctx;
+    if (c->failed) return;
+    CU(c, cudaGraphLaunch, ((cudaGraphExec_t)graph, c->stream));
+    op_end(c, "graph_launch");
+}
+
+static void cu_graph_free(void *ctx, void *graph) {
+    cuda_ctx_t *c = ctx;
+    if (!graph) return;
+    /* A replay may still be running: let it finish first. */
+    (void)cudaStreamSynchronize(c->stream);
+    CU(c, cudaGraphExecDestroy, ((cudaGraphExec_t)graph));
+    c->n_graphs--;
 }
 
 static int cu_last_error(void *ctx, char *msg, size_t cap) {
@@ -404,6 +492,7 @@ int cuda_backend_probe(int device, cuda_device_info_t *info, sl_err_t *err) {
 
 static void teardown(cuda_ctx_t *c) {
     if (c->blas) cublasDestroy(c->blas);
+    if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->staging_done) cudaEventDestroy(c->staging_done);
     if (c->staging) cudaFreeHost(c->staging);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -442,6 +531,8 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
                   err) ||
         init_blas(cublasCreate(&c->blas), "cublasCreate", err) ||
         init_blas(cublasSetStream(c->blas, c->stream), "cublasSetStream", err) ||
+        init_cuda(cudaMalloc(&c->blas_ws, BLAS_WORKSPACE_BYTES), "cudaMalloc (cuBLAS workspace)", err) ||
+        init_blas(cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE_BYTES), "cublasSetWorkspace", err) ||
         /* Default math keeps fp32 GEMMs off TF32 (only CUBLAS_TF32_TENSOR_OP_MATH or a
          * *_FAST_TF32 compute type would allow it); bf16/fp16 ones still use tensor
          * cores. Reductions (split-K) stay in fp32 rather than the output type. */
@@ -485,6 +576,11 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .add_rmsnorm = op_add_rmsnorm,
         .rope_kv_write = op_rope_kv_write,
         .last_error = cu_last_error,
+        .logits_device = op_logits_device,
+        .graph_begin = cu_graph_begin,
+        .graph_end = cu_graph_end,
+        .graph_launch = cu_graph_launch,
+        .graph_free = cu_graph_free,
     };
     g_ready = 1;
     return &g_ops;

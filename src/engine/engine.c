@@ -156,6 +156,11 @@ void engine_stream_unref(engine_stream_t *st) {
     free(st);
 }
 
+int engine_capture_graphs(engine_t *e, const int32_t *sizes, int n, int32_t max_seq_len, bool lazy,
+                          sl_err_t *err) {
+    return llama_capture_graphs(e->model, &e->kv, sizes, n, max_seq_len, lazy, err);
+}
+
 void engine_free(engine_t *e) {
     if (!e) return;
     engine_stop(e);
@@ -177,6 +182,7 @@ void engine_free(engine_t *e) {
     batch_free(&e->batch);
     sched_free(&e->sched);
     kv_pool_free(&e->pool);
+    if (e->model->graph_kv == &e->kv) llama_free_graphs(e->model); /* they read and write this cache */
     kv_cache_free(&e->kv, e->model);
     em_free(e->metrics);
     pthread_mutex_destroy(&e->mu);
