@@ -132,7 +132,8 @@ int llama_graph_sizes(int32_t max_size, int32_t max_num_seqs, int32_t max_num_ba
 /* Index of the smallest of sizes[0, n) (ascending) that is >= S, or -1. */
 int llama_graph_bucket(const int32_t *sizes, int n, int32_t S);
 /* dst = src (a decode step of S <= S_pad sequences) followed by S_pad - S
- * padding rows. dst has room for S_pad sequences and src's max_blocks. */
+ * padding rows. dst has room for S_pad sequences, and block-table rows at
+ * least as wide as src's (the rest of a row is left as it was). */
 void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad);
 /* Captures a graph per size (sizes need not be sorted; duplicates and sizes
  * above max_seqs or max_tokens are dropped), largest first, each after one

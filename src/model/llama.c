@@ -286,13 +286,19 @@ int llama_graph_bucket(const int32_t *sizes, int n, int32_t S) {
 
 void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad) {
     int32_t S = src->n_seqs;
-    SL_ASSERT(src->n_tokens == S && src->n_logits == S && S <= S_pad && dst->max_blocks == src->max_blocks);
-    size_t row = (size_t)src->max_blocks;
+    SL_ASSERT(src->n_tokens == S && src->n_logits == S && S <= S_pad && dst->max_blocks >= src->max_blocks);
+    size_t row = (size_t)dst->max_blocks, src_row = (size_t)src->max_blocks;
     memcpy(dst->token_ids, src->token_ids, (size_t)S * sizeof(int32_t));
     memcpy(dst->positions, src->positions, (size_t)S * sizeof(int32_t));
     memcpy(dst->slot_mapping, src->slot_mapping, (size_t)S * sizeof(int64_t));
     memcpy(dst->seq_lens, src->seq_lens, (size_t)S * sizeof(int32_t));
-    memcpy(dst->block_tables, src->block_tables, (size_t)S * row * sizeof(int32_t));
+    if (row == src_row) {
+        memcpy(dst->block_tables, src->block_tables, (size_t)S * row * sizeof(int32_t));
+    } else {
+        for (int32_t s = 0; s < S; s++)
+            memcpy(dst->block_tables + (size_t)s * row, src->block_tables + (size_t)s * src_row,
+                   src_row * sizeof(int32_t));
+    }
     memset(dst->block_tables + (size_t)S * row, 0, (size_t)(S_pad - S) * row * sizeof(int32_t));
     for (int32_t s = 0; s < S_pad; s++) {
         if (s >= S) {
@@ -310,7 +316,7 @@ void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad) {
 
 /* The attention metadata every graph of size S was captured with. */
 static sl_attn_meta_t graph_meta(const llama_model_t *m, int32_t S) {
-    return (sl_attn_meta_t){.n_tokens = S, .n_seqs = S, .max_blocks = m->max_blocks,
+    return (sl_attn_meta_t){.n_tokens = S, .n_seqs = S, .max_blocks = m->graph_batch.max_blocks,
                             .max_seq_len = m->graph_max_seq_len, .max_query_len = 1,
                             .positions = m->d_positions, .query_start = m->d_query_start,
                             .seq_lens = m->d_seq_lens, .block_tables = m->d_block_tables,
