@@ -6,6 +6,9 @@
  * with token budgets 16, 64 and unlimited; with a KV pool so small that it is
  * preempted several times; with static batching. Then one test per named
  * edge case of the engine issue.
+ * SERVELAB_TEST_DEVICE=cuda runs it all on the CUDA backend (fp32, CUDA
+ * graphs for decode unless SERVELAB_TEST_EAGER=1): tools/gpu-check does, so
+ * the invariances are checked on the GPU too. Default: the CPU.
  */
 #include <math.h>
 
@@ -42,6 +45,23 @@ typedef struct {
     engine_t *e;
 } rig_t;
 
+static bool on_cuda;
+
+static const sl_ops_t *test_backend(void) {
+    const char *dev = getenv("SERVELAB_TEST_DEVICE");
+    on_cuda = dev && !strcmp(dev, "cuda");
+    if (!on_cuda) return cpu_backend_init(0);
+#ifdef SERVELAB_HAVE_CUDA
+    sl_err_t err;
+    cuda_backend_opts_t o = {.device = 0, .act_dtype = DTYPE_F32};
+    const sl_ops_t *ops = cuda_backend_init(&o, &err);
+    if (!ops) sl_die("%s", err.msg);
+    return ops;
+#else
+    sl_die("SERVELAB_TEST_DEVICE=cuda: this build has no CUDA backend");
+#endif
+}
+
 static void rig_init(rig_t *g, const run_cfg_t *rc) {
     engine_config_t c = {.block_size = 16, .kv_cache_memory_bytes = 64 << 20,
                          .enable_prefix_caching = !rc->no_prefix,
@@ -52,12 +72,20 @@ static void rig_init(rig_t *g, const run_cfg_t *rc) {
                                .max_model_len = 512, .enable_chunked_prefill = !rc->no_chunked,
                                .static_batching = rc->static_batching};
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    const sl_ops_t *ops = test_backend();
+    if (on_cuda) lo = (model_load_opts_t){.load_format = LOAD_FORMAT_AUTO, .dtype = DTYPE_F32};
     sl_err_t err;
-    SL_ASSERT(llama_init(&g->model, MODEL_DIR, &lo, cpu_backend_init(0), c.sched.max_num_batched_tokens,
+    SL_ASSERT(llama_init(&g->model, MODEL_DIR, &lo, ops, c.sched.max_num_batched_tokens,
                          c.sched.max_num_seqs, 512 / 16, &err) == 0);
     g->e = engine_create(&c, &g->model, tok, 0, &err);
     if (!g->e) fprintf(stderr, "engine_create: %s\n", err.msg);
     SL_ASSERT(g->e);
+    const char *eager = getenv("SERVELAB_TEST_EAGER");
+    if (on_cuda && !(eager && !strcmp(eager, "1"))) {
+        int32_t sizes[80];
+        int n = llama_graph_sizes(512, c.sched.max_num_seqs, c.sched.max_num_batched_tokens, sizes, 80);
+        if (engine_capture_graphs(g->e, sizes, n, 512, false, &err)) sl_die("%s", err.msg);
+    }
 }
 
 static void rig_free(rig_t *g) {
