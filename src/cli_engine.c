@@ -284,6 +284,38 @@ static void run_shapes(llama_model_t *m, const kv_cache_t *kv, int32_t max_model
     batch_free(&b);
 }
 
+/* One device sampling of S rows over the logits the last forward left in
+ * m->d_logits, with every stage on (temperature, top_k, top_p, min_p,
+ * penalties, 20 logprobs): the profile then counts the sampler's workspace,
+ * and the warm-up its first-use costs, as vLLM's dummy sampler run does. */
+static void run_sampler(llama_model_t *m, int32_t S, const char *what) {
+    const sl_ops_t *ops = m->ops;
+    if (!ops->sample || !m->d_logits) return;
+    sampling_params_t p;
+    sampling_params_default(&p);
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    p.min_p = 0.01f;
+    p.repetition_penalty = 1.1f;
+    p.logprobs = SAMPLING_MAX_LOGPROBS;
+    int32_t history[2] = {0, 1};
+    sampling_row_t *rows = sl_malloc((size_t)S * sizeof *rows);
+    int64_t n_ids = (int64_t)S * sampling_row_n_ids(&p, 1, 1, m->cfg.n_eos_token_ids), off = 0;
+    int32_t *ids = sl_malloc((size_t)n_ids * sizeof *ids);
+    float *bias = sl_malloc((size_t)n_ids * sizeof *bias);
+    for (int32_t s = 0; s < S; s++)
+        off = sampling_row_resolve(&rows[s], &p, history, 1, history + 1, 1, m->cfg.eos_token_ids,
+                                   m->cfg.n_eos_token_ids, 0.5, ids, bias, off);
+    sample_result_t *out = sl_malloc((size_t)S * sizeof *out);
+    ops->sample(ops->ctx, m->d_logits, S, m->cfg.vocab_size, rows, ids, bias, off, out);
+    check_device(ops, what);
+    free(out);
+    free(bias);
+    free(ids);
+    free(rows);
+    sampling_params_free(&p);
+}
+
 /* CUDA graphs of decode steps, as vLLM's capture_model: the sizes of
  * --cuda-graph-sizes (one value: vLLM's pattern up to it, by default
  * min(2 * max_num_seqs, 512); several: those), for contexts up to
@@ -390,6 +422,7 @@ static void load_cuda(engine_args_t *a, engine_bundle_t *b, const model_config_t
             {Smax, Smax, true},
         };
         run_shapes(m, &kv, L, shapes, 3, "the profiling forward");
+        run_sampler(m, Smax, "the profiling sampler run"); /* the last shape left Smax rows of logits */
         mem_now(ops, &free2, &total);
         profile_s = sl_now_s() - t0;
         /* Everything this process holds beyond the weights: scratch activations,
@@ -434,6 +467,7 @@ static void load_cuda(engine_args_t *a, engine_bundle_t *b, const model_config_t
         /* Decode steps at batch 1 and at the largest batch, at full context. */
         shape_t shapes[] = {{1, 1, true}, {Smax, Smax, true}};
         run_shapes(m, &kv, L, shapes, 2, "the warm-up forward");
+        run_sampler(m, Smax, "the warm-up sampler run");
     }
     kv_cache_free(&kv, m);
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "servelab/config.h"
+#include "servelab/sampling.h"
 
 /* A 2-D weight in backend memory, row-major (rows, cols), any float dtype. */
 typedef struct {
@@ -112,6 +113,12 @@ struct sl_ops {
      * fp32 = in . w^T, so that they need not cross to the host (the sampler
      * reads them where they are). */
     void (*logits_device)(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S);
+    /* Optional (with logits_device): sampler_run_u on each of the n rows of
+     * logits (n, V) fp32 in backend memory, on the device, so that only the
+     * results cross to the host. rows (n), ids and bias (n_ids each, as
+     * sampling_row_resolve lays them out) and out (n) are host memory. */
+    void (*sample)(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
+                   const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out);
 
     /* Optional CUDA graphs (NULL: every step runs op by op). Between
      * graph_begin and graph_end the ops record into a graph instead of

@@ -69,20 +69,26 @@ int slk_attention(void *out, const void *q, const void *k_cache, const void *v_c
  * sequence, filled on the host by sampling_row_resolve (sampling.h: the row
  * struct, the flat `ids` / `bias` arrays its offsets point into, and the
  * draw u, taken from the request's generator when sampling_draws). Results
- * are those of sampler_run_u on the same row, ids and bias: bit for bit
- * (same float32 operations, exp taken as the correctly rounded float), but
- * for sums in double taken in another order, so the draw may pick the
+ * are those of sampler_run_u on the same row, ids and bias: the same float32
+ * operations (exp evaluated in double and rounded once, as glibc's expf),
+ * only the double sums in another order, so the draw may pick the
  * neighbouring kept token when u * total falls within rounding of a token's
- * cumulative boundary (and a top_p cut may move the same way). NaN logits
- * are not supported beyond greedy and logprobs. */
+ * cumulative boundary (and a top_p cut may move the same way). A NaN logit
+ * is treated as the CPU treats it (never the argmax unless it is logit 0,
+ * never drawn, never a top logprob) except under top_k, where the CPU's
+ * selection has no order for NaN. */
 typedef sampling_row_t slk_sample_row_t;
 
-/* Bytes of device scratch slk_sample needs for S rows of V logits. */
+/* Bytes of device scratch slk_sample needs for S rows of V logits: row s
+ * owns bytes [8 V s, 8 V (s + 1)), its V history counts (zero between calls)
+ * then its V-float work copy, so a workspace sized for S rows serves any
+ * batch of at most S rows of the same V. */
 size_t slk_sample_workspace_bytes(int64_t S, int64_t V);
 /* Samples S rows of logits(S, V) fp32 into out (S) (device memory, the
  * struct of sampling.h). rows (S), ids and bias are device memory.
- * `workspace` (slk_sample_workspace_bytes) must be zero-filled once when
- * allocated: the kernel leaves it as it found it. */
+ * `workspace` (slk_sample_workspace_bytes) must be zero-filled when
+ * allocated (and again to use it with another V): the kernel leaves every
+ * history count zero again. */
 int slk_sample(const float *logits, int64_t S, int64_t V, const slk_sample_row_t *rows, const int32_t *ids,
                const float *bias, void *workspace, sample_result_t *out, void *stream);
 

@@ -55,6 +55,12 @@ typedef struct {
     void *graph_ws;         /* the same for steps of CUDA graphs: fixed once a graph exists */
     size_t graph_ws_bytes;
     void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
+    void *sample_ws;        /* slk_sample's scratch: zero between calls (zeroed when it grows) */
+    size_t sample_ws_bytes;
+    void *sample_in;        /* rows, then ids, then bias, uploaded for slk_sample */
+    size_t sample_in_bytes;
+    sample_result_t *sample_out;
+    size_t sample_out_bytes;
     int capturing;          /* between graph_begin and graph_end */
     int n_graphs;           /* graphs alive */
     float *d_logits;        /* (S, V) fp32 logits on the device before download */
@@ -383,6 +389,30 @@ static void op_logits_device(void *ctx, float *out, const void *in, const sl_wei
     op_end(c, "logits");
 }
 
+/* The device sampler: the rows, ids and bias go up in one buffer, the
+ * results come down in one copy; the logits never leave the device. */
+static void op_sample(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
+                      const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out) {
+    cuda_ctx_t *c = ctx;
+    size_t rows_b = (size_t)n * sizeof *rows, ids_b = (size_t)n_ids * sizeof *ids, bias_b = (size_t)n_ids * sizeof *bias;
+    size_t ids_at = (rows_b + 255) & ~(size_t)255, bias_at = (ids_at + ids_b + 255) & ~(size_t)255;
+    size_t ws_need = slk_sample_workspace_bytes(n, V), out_b = (size_t)n * sizeof *out;
+    size_t ws_had = c->sample_ws_bytes;
+    if (!c->failed && grow(c, &c->sample_in, &c->sample_in_bytes, bias_at + bias_b, "sampler inputs") &&
+        grow(c, (void **)&c->sample_out, &c->sample_out_bytes, out_b, "sampler results") &&
+        grow(c, &c->sample_ws, &c->sample_ws_bytes, ws_need, "sampler workspace") &&
+        (c->sample_ws_bytes == ws_had || CU(c, cudaMemsetAsync, (c->sample_ws, 0, c->sample_ws_bytes, c->stream)))) {
+        uint8_t *in = c->sample_in;
+        cu_upload(c, in, rows, rows_b);
+        cu_upload(c, in + ids_at, ids, ids_b);
+        cu_upload(c, in + bias_at, bias, bias_b);
+        LAUNCH(c, slk_sample, (logits, n, V, (const sampling_row_t *)in, (const int32_t *)(in + ids_at),
+                               (const float *)(in + bias_at), c->sample_ws, c->sample_out, c->stream));
+        op_end(c, "sample");
+    }
+    cu_download(c, out, c->sample_out, out_b); /* zeros if anything failed */
+}
+
 /* ---- CUDA graphs ------------------------------------------------------------------ */
 
 static void cu_graph_begin(void *ctx) {
@@ -577,6 +607,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .rope_kv_write = op_rope_kv_write,
         .last_error = cu_last_error,
         .logits_device = op_logits_device,
+        .sample = op_sample,
         .graph_begin = cu_graph_begin,
         .graph_end = cu_graph_end,
         .graph_launch = cu_graph_launch,

@@ -104,6 +104,7 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
     for (int i = 0; i < e->n_scratch; i++) sampler_scratch_init(&e->scratch[i], model->cfg.vocab_size);
     e->sampled = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->sampled);
     e->results = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->results);
+    e->rows = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->rows);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->stats.n_blocks = (int32_t)n_blocks;
@@ -178,6 +179,9 @@ void engine_free(engine_t *e) {
     free(e->scratch);
     free(e->sampled);
     free(e->results);
+    free(e->rows);
+    free(e->row_ids);
+    free(e->row_bias);
     free(e->logits);
     batch_free(&e->batch);
     sched_free(&e->sched);

@@ -64,6 +64,11 @@ struct engine {
     int n_scratch;
     request_t **sampled;            /* (max_num_seqs) sequences sampled this step */
     sample_result_t *results;       /* (max_num_seqs) */
+    /* Device sampling (ops->sample): the step's rows and their flat ids/bias. */
+    sampling_row_t *rows;           /* (max_num_seqs) */
+    int32_t *row_ids;               /* (row_cap) */
+    float *row_bias;                /* (row_cap) */
+    int64_t row_cap;
     int64_t max_request_tokens;     /* tokens one request may hold in the pool */
     uint64_t seed, n_submitted;
 

@@ -1,14 +1,17 @@
 /* sampling.c - vLLM V1's sampling pipeline on one request's row of logits.
  *
- * What: sampling parameters (defaults, validation with vLLM's messages, copy)
- * and sampler_run: raw logprobs, min_tokens, logit_bias, penalties, then
- * greedy or temperature, min_p, top_k, top_p and one inverse-CDF draw from
- * the request's own generator. Not here: batching, allowed_token_ids,
- * bad_words, structured output, beam search. Why this way: a row at a time
- * keeps a request's tokens independent of its batch; the common case (top_k
- * and top_p off) is a few O(V) passes without allocation; top_k is one heap
- * pass and top_p a quickselect over the few tokens that can matter, never a
- * sort of the vocabulary.
+ * What: sampling parameters (defaults, validation with vLLM's messages, copy),
+ * their resolution into a sampling_row_t (the form the device sampler takes
+ * too) and sampler_run_u on it: min_tokens, logit_bias, penalties, then greedy
+ * or temperature, min_p, top_k, top_p and an inverse-CDF draw of the given
+ * uniform; raw logprobs. sampler_run = resolve with one draw from the
+ * request's own generator + sampler_run_u, so CPU and GPU advance generators
+ * alike. Not here: batching, allowed_token_ids, bad_words, structured output,
+ * beam search. Why this way: a row at a time keeps a request's tokens
+ * independent of its batch; the common case (top_k and top_p off) is a few
+ * O(V) passes without allocation; top_k is one heap pass and top_p a
+ * quickselect over the few tokens that can matter, never a sort of the
+ * vocabulary. sampler_run_u is the reference kernels/cuda/sampling.cu matches.
  */
 #include "servelab/sampling.h"
 
@@ -180,6 +183,9 @@ void sampler_scratch_init(sampler_scratch_t *s, int64_t V) {
     /* Zero between calls: sampler_run sets and resets only the entries of the history. */
     s->counts = sl_calloc((size_t)V, sizeof(uint32_t));
     s->in_prompt = sl_calloc((size_t)V, sizeof(uint8_t));
+    s->row_cap = 0;
+    s->row_ids = NULL;
+    s->row_bias = NULL;
 }
 
 void sampler_scratch_free(sampler_scratch_t *s) {
@@ -187,14 +193,87 @@ void sampler_scratch_free(sampler_scratch_t *s) {
     free(s->idx);
     free(s->counts);
     free(s->in_prompt);
+    free(s->row_ids);
+    free(s->row_bias);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- resolution into a row -------------------------------------------------- */
+
+/* The temperature vLLM samples at: (0, 0.01) raised to 0.01 first, so only 0
+ * falls below the greedy threshold afterwards. */
+static float effective_temperature(const sampling_params_t *p) {
+    float T = p->temperature;
+    return T > 0.0f && T < SAMPLING_MIN_TEMPERATURE ? SAMPLING_MIN_TEMPERATURE : T;
+}
+
+bool sampling_draws(const sampling_params_t *p) { return !(effective_temperature(p) < SAMPLING_GREEDY_EPS); }
+
+/* Which history the penalties read: the prompt only for repetition,
+ * the output for any of the three (frequency and presence count it only). */
+static void penalty_history(const sampling_params_t *p, int32_t *n_prompt, int32_t *n_output) {
+    bool rep = p->repetition_penalty != 1.0f;
+    bool any = rep || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+    if (!rep) *n_prompt = 0;
+    if (!any) *n_output = 0;
+}
+
+static bool masks_stop_ids(const sampling_params_t *p, int32_t n_output) { return n_output < p->min_tokens; }
+
+int64_t sampling_row_n_ids(const sampling_params_t *p, int32_t n_prompt, int32_t n_output, int n_eos) {
+    int32_t np = n_prompt, no = n_output;
+    penalty_history(p, &np, &no);
+    int64_t n_mask = masks_stop_ids(p, n_output) ? (int64_t)n_eos + p->n_stop_token_ids : 0;
+    return n_mask + p->n_logit_bias + np + no;
+}
+
+int64_t sampling_row_resolve(sampling_row_t *row, const sampling_params_t *p, const int32_t *prompt,
+                             int32_t n_prompt, const int32_t *output, int32_t n_output, const int32_t *eos_ids,
+                             int n_eos, double u, int32_t *ids, float *bias, int64_t off) {
+    SL_ASSERT(off >= 0 && off + sampling_row_n_ids(p, n_prompt, n_output, n_eos) <= INT32_MAX);
+    memset(row, 0, sizeof *row);
+    row->temperature = sampling_draws(p) ? effective_temperature(p) : 0.0f;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->top_k = p->top_k;
+    row->repetition_penalty = p->repetition_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    row->n_logprobs = p->logprobs < SAMPLING_MAX_LOGPROBS ? p->logprobs : SAMPLING_MAX_LOGPROBS;
+    row->u = u;
+
+    int64_t at = off;
+    row->mask_off = (int32_t)at;
+    if (masks_stop_ids(p, n_output)) { /* EOS too with ignore_eos, as vLLM's _all_stop_token_ids */
+        for (int i = 0; i < n_eos; i++) ids[at] = eos_ids[i], bias[at++] = 0.0f;
+        for (int32_t i = 0; i < p->n_stop_token_ids; i++) ids[at] = p->stop_token_ids[i], bias[at++] = 0.0f;
+    }
+    row->n_mask = (int32_t)(at - off);
+    row->bias_off = (int32_t)at;
+    row->n_bias = p->n_logit_bias;
+    for (int32_t i = 0; i < p->n_logit_bias; i++, at++) {
+        ids[at] = p->logit_bias_ids[i];
+        bias[at] = fminf(SAMPLING_MAX_BIAS, fmaxf(-SAMPLING_MAX_BIAS, p->logit_bias_values[i]));
+    }
+    row->hist_off = (int32_t)at;
+    row->n_prompt = n_prompt, row->n_output = n_output;
+    penalty_history(p, &row->n_prompt, &row->n_output);
+    for (int32_t i = 0; i < row->n_prompt; i++) ids[at] = prompt[i], bias[at++] = 0.0f;
+    for (int32_t i = 0; i < row->n_output; i++) ids[at] = output[i], bias[at++] = 0.0f;
+    return at;
 }
 
 /* ---- logits processing (the part greedy sees too) --------------------------- */
 
-static void mask_ids(float *w, int64_t V, const int32_t *ids, int n) {
-    for (int i = 0; i < n; i++)
+static void mask_ids(float *w, int64_t V, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < V) w[ids[i]] = -INFINITY;
+}
+
+/* In the order of the ids (a repeated id adds twice, in that order). */
+static void add_bias(float *w, int64_t V, const int32_t *ids, const float *bias, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < V) w[ids[i]] += bias[i];
 }
 
 /* Repetition penalty over prompt + output, each distinct token once (HF and
@@ -203,7 +282,7 @@ static void mask_ids(float *w, int64_t V, const int32_t *ids, int n) {
  * definition). Touches only the history's entries of the scratch and leaves
  * them zero again, so the cost is O(len(prompt) + len(output)). Ids outside
  * [0, V) are ignored: no logit to change. */
-static void apply_penalties(const sampling_params_t *p, float *w, int64_t V, const int32_t *prompt,
+static void apply_penalties(const sampling_row_t *p, float *w, int64_t V, const int32_t *prompt,
                             int32_t n_prompt, const int32_t *output, int32_t n_output,
                             sampler_scratch_t *s) {
     bool rep = p->repetition_penalty != 1.0f, freq = p->frequency_penalty != 0.0f,
@@ -337,8 +416,10 @@ static int64_t argmax(const float *w, int64_t V) {
     return best;
 }
 
-static int32_t sample_random(const sampling_params_t *p, float T, float *w, int64_t V, sl_rng_t *rng,
-                             sampler_scratch_t *s) {
+/* The draw of row p (not greedy) on processed logits w, which end up as the
+ * kept tokens' weights (0: not drawable). */
+static int32_t sample_random(const sampling_row_t *p, float *w, int64_t V, sampler_scratch_t *s) {
+    float T = p->temperature;
     if (T != 1.0f)
         for (int64_t i = 0; i < V; i++) w[i] /= T; /* float32 division, as vLLM's logits.div_ */
     int64_t best = argmax(w, V);
@@ -382,7 +463,7 @@ static int32_t sample_random(const sampling_params_t *p, float T, float *w, int6
 
     /* Inverse CDF over the kept tokens in id order, both passes summing the
      * same floats in the same order, so the draw lands on a kept token. */
-    double u = rng_uniform(rng) * total, run = 0.0;
+    double u = p->u * total, run = 0.0;
     int64_t last = best;
     for (int64_t i = 0; i < V; i++) {
         if (w[i] == 0.0f) continue;
@@ -426,32 +507,39 @@ static void raw_logprobs(const float *logits, int64_t V, int32_t token, int n_to
 
 /* ---- the pipeline ------------------------------------------------------------- */
 
-void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
-                 const int32_t *prompt, int32_t n_prompt, const int32_t *output, int32_t n_output,
-                 const int32_t *eos_ids, int n_eos, sl_rng_t *rng, sampler_scratch_t *scratch,
-                 sample_result_t *out) {
+void sampler_run_u(const sampling_row_t *row, const int32_t *ids, const float *bias, const float *logits,
+                   int64_t V, sampler_scratch_t *scratch, sample_result_t *out) {
     SL_ASSERT(V > 0 && scratch->V >= V);
     memset(out, 0, sizeof *out);
     float *w = scratch->work;
     memcpy(w, logits, (size_t)V * sizeof(float));
 
-    if (n_output < p->min_tokens) { /* EOS too with ignore_eos, as vLLM's _all_stop_token_ids */
-        mask_ids(w, V, eos_ids, n_eos);
-        mask_ids(w, V, p->stop_token_ids, p->n_stop_token_ids);
-    }
-    for (int32_t i = 0; i < p->n_logit_bias; i++) {
-        int32_t t = p->logit_bias_ids[i];
-        if (t >= 0 && t < V)
-            w[t] += fminf(SAMPLING_MAX_BIAS, fmaxf(-SAMPLING_MAX_BIAS, p->logit_bias_values[i]));
-    }
-    apply_penalties(p, w, V, prompt, n_prompt, output, n_output, scratch);
+    mask_ids(w, V, ids + row->mask_off, row->n_mask);
+    add_bias(w, V, ids + row->bias_off, bias + row->bias_off, row->n_bias);
+    const int32_t *hist = ids + row->hist_off;
+    apply_penalties(row, w, V, hist, row->n_prompt, hist + row->n_prompt, row->n_output, scratch);
 
-    float T = p->temperature;
-    if (T > 0.0f && T < SAMPLING_MIN_TEMPERATURE) T = SAMPLING_MIN_TEMPERATURE;
-    out->token = T < SAMPLING_GREEDY_EPS ? (int32_t)argmax(w, V) : sample_random(p, T, w, V, rng, scratch);
+    out->token = row->temperature < SAMPLING_GREEDY_EPS ? (int32_t)argmax(w, V) : sample_random(row, w, V, scratch);
+    if (row->n_logprobs >= 0)
+        raw_logprobs(logits, V, out->token, row->n_logprobs < SAMPLING_MAX_LOGPROBS ? row->n_logprobs
+                                                                                   : SAMPLING_MAX_LOGPROBS, out);
+}
 
-    if (p->logprobs >= 0) {
-        int n_top = p->logprobs < SAMPLING_MAX_LOGPROBS ? p->logprobs : SAMPLING_MAX_LOGPROBS;
-        raw_logprobs(logits, V, out->token, n_top, out);
+void sampler_run(const sampling_params_t *p, const float *logits, int64_t V,
+                 const int32_t *prompt, int32_t n_prompt, const int32_t *output, int32_t n_output,
+                 const int32_t *eos_ids, int n_eos, sl_rng_t *rng, sampler_scratch_t *scratch,
+                 sample_result_t *out) {
+    /* Drawn first, before anything can return early: one draw per call
+     * whatever the logits, as the device path does. */
+    double u = sampling_draws(p) ? rng_uniform(rng) : 0.0;
+    int64_t n = sampling_row_n_ids(p, n_prompt, n_output, n_eos);
+    if (n > scratch->row_cap) {
+        scratch->row_cap = n > 2 * scratch->row_cap ? n : 2 * scratch->row_cap;
+        scratch->row_ids = sl_realloc(scratch->row_ids, (size_t)scratch->row_cap * sizeof(int32_t));
+        scratch->row_bias = sl_realloc(scratch->row_bias, (size_t)scratch->row_cap * sizeof(float));
     }
+    sampling_row_t row;
+    sampling_row_resolve(&row, p, prompt, n_prompt, output, n_output, eos_ids, n_eos, u, scratch->row_ids,
+                         scratch->row_bias, 0);
+    sampler_run_u(&row, scratch->row_ids, scratch->row_bias, logits, V, scratch, out);
 }

@@ -623,6 +623,102 @@ static void test_all_masked_but_one_draws_it(void) {
     for (int k = 0; k < 100; k++) CHECK_EQ_INT(run(&p, l, 4, NO_HISTORY, &rng).token, 2);
 }
 
+/* ---- the split: sampler_run = resolve + one draw + sampler_run_u -------------------- */
+
+/* sampler_run's result for p, and what resolve + sampler_run_u give with the
+ * u drawn from a copy of the same generator; the generator must then be
+ * where the copy is (one draw exactly when sampling_draws(p), else none). */
+static void check_run_is_run_u(const sampling_params_t *p, const float *l, int V, history_t h, uint64_t seed) {
+    static int32_t ids[1024];
+    static float bias[1024];
+    sl_rng_t rng, copy;
+    rng_seed(&rng, seed);
+    copy = rng;
+    sample_result_t want = run(p, l, V, h, &rng), got;
+    double u = sampling_draws(p) ? rng_uniform(&copy) : 0.0;
+    CHECK(memcmp(&rng, &copy, sizeof rng) == 0);
+
+    int64_t n = sampling_row_n_ids(p, h.n_prompt, h.n_output, 1);
+    SL_ASSERT(n + 5 <= 1024);
+    sampling_row_t row;
+    /* At an offset, as the second row of a batch would be. */
+    CHECK_EQ_INT(sampling_row_resolve(&row, p, h.prompt, h.n_prompt, h.output, h.n_output, EOS, 1, u, ids, bias, 5),
+                 5 + n);
+    sampler_run_u(&row, ids, bias, l, V, &scratch, &got);
+    CHECK(memcmp(&got, &want, sizeof got) == 0);
+}
+
+static void test_run_equals_run_u_with_the_draw_of_a_generator_copy(void) {
+    enum { V = 300 };
+    static float l[V];
+    int32_t prompt[12], out[9], stop_id = 7, bias_ids[3] = {4, 9, 4};
+    float bias_vals[3] = {2.5f, -300.0f, 0.75f}; /* -300 is clamped; 4 biased twice */
+    for (int i = 0; i < 12; i++) prompt[i] = (int32_t)(test_rng() % 20);
+    for (int i = 0; i < 9; i++) out[i] = (int32_t)(test_rng() % 20);
+    history_t h = {prompt, out, 12, 9};
+    for (int c = 0; c < 40; c++) {
+        random_logits(l, V, 1.0f + (float)(c % 5));
+        sampling_params_t p = params(c % 4 == 0 ? 0.0f : c % 4 == 1 ? 0.7f : c % 4 == 2 ? 1.0f : 0.004f);
+        if (c & 4) p.top_k = 1 + c % 30;
+        if (c & 8) p.top_p = 0.3f + 0.1f * (float)(c % 6);
+        if (c & 16) p.min_p = 0.05f;
+        if (c % 3 == 0) p.repetition_penalty = 1.3f, p.frequency_penalty = 0.2f;
+        if (c % 3 == 1) p.presence_penalty = -0.5f;
+        if (c % 5 == 0) p.min_tokens = 10, p.n_stop_token_ids = 1, p.stop_token_ids = &stop_id;
+        if (c % 7 < 3) p.n_logit_bias = 3, p.logit_bias_ids = bias_ids, p.logit_bias_values = bias_vals;
+        p.logprobs = c % 6 == 0 ? -1 : c % 6 == 1 ? 0 : 5;
+        check_run_is_run_u(&p, l, V, c & 1 ? h : NO_HISTORY, 1000 + (uint64_t)c);
+    }
+}
+
+static void test_generator_advances_once_per_random_call_even_all_masked(void) {
+    float l[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    sampling_params_t p = params(1.0f);
+    check_run_is_run_u(&p, l, 4, NO_HISTORY, 3);
+    p = params(0.0f);
+    check_run_is_run_u(&p, l, 4, NO_HISTORY, 3);
+    /* All masked by min_tokens: the only finite logit is EOS's. */
+    float m[3] = {-INFINITY, -INFINITY, 1.0f};
+    p = params(0.8f);
+    p.min_tokens = 1, p.top_p = 0.5f;
+    check_run_is_run_u(&p, m, 3, NO_HISTORY, 4);
+    sl_rng_t rng, before;
+    rng_seed(&rng, 9);
+    before = rng;
+    CHECK_EQ_INT(run(&p, m, 3, NO_HISTORY, &rng).token, 0);
+    CHECK(rng_uniform(&before) >= 0.0 && memcmp(&rng, &before, sizeof rng) == 0);
+}
+
+static void test_row_resolve_lays_out_masks_bias_and_needed_history(void) {
+    int32_t prompt[3] = {10, 11, 12}, out[2] = {20, 21}, stop_ids[2] = {30, 31}, bias_ids[2] = {40, 41};
+    float bias_vals[2] = {150.0f, -0.5f};
+    sampling_params_t p = params(0.005f); /* raised to 0.01, so not greedy */
+    p.min_tokens = 3, p.n_stop_token_ids = 2, p.stop_token_ids = stop_ids;
+    p.n_logit_bias = 2, p.logit_bias_ids = bias_ids, p.logit_bias_values = bias_vals;
+    p.logprobs = 50; /* more than the 20 served */
+    p.top_k = 7;
+    int32_t ids[16];
+    float bias[16];
+    sampling_row_t row;
+    /* No penalty: no history; 2 outputs < min_tokens 3: EOS and stop ids masked. */
+    CHECK_EQ_INT(sampling_row_n_ids(&p, 3, 2, 1), 5);
+    CHECK_EQ_INT(sampling_row_resolve(&row, &p, prompt, 3, out, 2, EOS, 1, 0.25, ids, bias, 2), 7);
+    CHECK(row.temperature == 0.01f && row.u == 0.25 && row.top_k == 7 && row.n_logprobs == SAMPLING_MAX_LOGPROBS);
+    CHECK(row.mask_off == 2 && row.n_mask == 3 && ids[2] == EOS[0] && ids[3] == 30 && ids[4] == 31);
+    CHECK(row.bias_off == 5 && row.n_bias == 2 && ids[5] == 40 && bias[5] == 100.0f && bias[6] == -0.5f);
+    CHECK(bias[2] == 0.0f && row.hist_off == 7 && row.n_prompt == 0 && row.n_output == 0);
+    /* Presence only: the output (no EOS ids: only the stop ids masked). */
+    p.presence_penalty = 0.5f;
+    CHECK_EQ_INT(sampling_row_resolve(&row, &p, prompt, 3, out, 2, EOS, 0, 0.0, ids, bias, 0), 6);
+    CHECK(row.n_mask == 2 && row.n_prompt == 0 && row.n_output == 2 && ids[2] == 40 && row.hist_off == 4);
+    CHECK(ids[4] == 20 && ids[5] == 21);
+    /* Repetition: the prompt too. Greedy; enough outputs: no mask. */
+    p.repetition_penalty = 1.1f, p.min_tokens = 2, p.temperature = 0.0f;
+    CHECK_EQ_INT(sampling_row_resolve(&row, &p, prompt, 3, out, 2, EOS, 1, 0.5, ids, bias, 0), 7);
+    CHECK(row.temperature == 0.0f && row.n_mask == 0 && row.bias_off == 0 && row.hist_off == 2);
+    CHECK(row.n_prompt == 3 && row.n_output == 2 && ids[2] == 10 && ids[4] == 12 && ids[5] == 20 && bias[6] == 0.0f);
+}
+
 int main(void) {
     test_seed();
     sampler_scratch_init(&scratch, 4096);
@@ -652,6 +748,9 @@ int main(void) {
     RUN(test_same_seed_same_tokens_other_seed_differs);
     RUN(test_draws_do_not_depend_on_other_requests);
     RUN(test_all_masked_but_one_draws_it);
+    RUN(test_run_equals_run_u_with_the_draw_of_a_generator_copy);
+    RUN(test_generator_advances_once_per_random_call_even_all_masked);
+    RUN(test_row_resolve_lays_out_masks_bias_and_needed_history);
     sampler_scratch_free(&scratch);
     return test_summary();
 }
