@@ -100,7 +100,8 @@ bool engine_stream_done(engine_stream_t *st);
  * not hold a lock the callback takes. engine_stream_release clears it. */
 typedef void (*engine_notify_fn)(void *user);
 void engine_stream_set_notify(engine_stream_t *st, engine_notify_fn fn, void *user);
-/* False once the engine thread has stopped (GET /health answers 503). */
+/* False once the engine thread has stopped, or the device was lost for good
+ * (GET /health answers 503). */
 bool engine_is_alive(engine_t *e);
 /* Asks the engine to abort the stream's sequences (safe at any time). */
 void engine_abort(engine_t *e, engine_stream_t *st);

@@ -78,6 +78,11 @@ int32_t kv_lookup_prefix(kv_pool_t *p, const int32_t *tokens, int32_t n_tokens, 
  * KV will have been computed after this step). */
 bool kv_allocate(kv_pool_t *p, kv_seq_blocks_t *seq, const int32_t *tokens, int32_t n_known_tokens,
                  int32_t n_total_tokens, const int32_t *hit, int32_t n_hit);
+/* The step that was to compute seq's tokens from n_valid_tokens on failed:
+ * the blocks past the full ones among the first n_valid_tokens leave the
+ * prefix cache (their hashes were registered at allocation, their contents
+ * were never written), so no later request reuses them. */
+void kv_forget_uncomputed(kv_pool_t *p, kv_seq_blocks_t *seq, int32_t n_valid_tokens);
 
 /* Releases all of seq's blocks, last block first. */
 void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq);

@@ -105,8 +105,12 @@ struct sl_ops {
      * returns 1 with the first recorded message in msg (cap bytes), then
      * clears it; 0 if nothing failed since the last call. It waits for the
      * work already enqueued, so its answer covers every op called before it.
+     * 2 instead of 1 says the device is lost for good (a sticky CUDA error
+     * such as an illegal address: every later op would fail the same way);
+     * it then keeps answering 2 with the same message.
      * The caller owns what to do: at startup die with the message; in the
-     * engine, fail the requests of the step whose forward it was (step.c). */
+     * engine, fail the requests of the step whose forward it was, and on a
+     * 2 declare the engine dead (step.c). */
     int (*last_error)(void *ctx, char *msg, size_t cap);
 
     /* Optional (device backends): logits into backend memory, out(S, w->rows)

@@ -70,6 +70,7 @@ typedef struct {
     cudaEvent_t staging_done; /* recorded after the last copy out of staging */
     int sync_ops;           /* SERVELAB_CUDA_SYNC_OPS: sync and check after every op */
     int failed;             /* an op failed since the last last_error() */
+    int fatal;              /* the failure is a sticky one: the context is unusable for good */
     char error[SL_ERR_LEN];
 } cuda_ctx_t;
 
@@ -92,10 +93,32 @@ static void record(cuda_ctx_t *c, int line, const char *fmt, ...) {
     snprintf(c->error, sizeof c->error, "%s (cuda_backend.c:%d)", what, line);
 }
 
+/* Errors after which, as the CUDA documentation says of them, "the process
+ * is left in an inconsistent state and any further CUDA work will return
+ * the same error": only a new process recovers. */
+static int is_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int cuda_ok(cuda_ctx_t *c, cudaError_t e, const char *call, int line) {
     if (e == cudaSuccess) return 1;
     (void)cudaGetLastError(); /* clear it, so the next call does not report it again */
     record(c, line, "CUDA error: %s (%s)", cudaGetErrorString(e), call);
+    if (is_sticky(e)) c->fatal = 1;
     return 0;
 }
 /* CU(c, cudaMemcpyAsync, (dst, src, ...)): call, check, name the call. */
@@ -122,6 +145,7 @@ static void op_end(cuda_ctx_t *c, const char *op) {
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         record(c, __LINE__, "CUDA error: %s (in op %s)", cudaGetErrorString(e), op);
+        if (is_sticky(e)) c->fatal = 1;
     }
 }
 
@@ -345,6 +369,7 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
         record(c, __LINE__, "CUDA error: %s (slk_attention: H %lld, Hkv %lld, D %lld, block size %lld, %d tokens of "
                "%d sequences)", cudaGetErrorString((cudaError_t)rc), (long long)H, (long long)Hkv, (long long)D,
                (long long)block_size, m->n_tokens, m->n_seqs);
+        if (is_sticky((cudaError_t)rc)) c->fatal = 1;
         return;
     }
     op_end(c, "attention");
@@ -471,6 +496,7 @@ static int cu_last_error(void *ctx, char *msg, size_t cap) {
     if (!c->failed) CU(c, cudaStreamSynchronize, (c->stream));
     if (!c->failed) return 0;
     snprintf(msg, cap, "%s", c->error);
+    if (c->fatal) return 2; /* stays failed: every later op is skipped */
     c->failed = 0;
     c->error[0] = '\0';
     return 1;

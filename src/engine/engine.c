@@ -370,7 +370,7 @@ void engine_stream_set_notify(engine_stream_t *st, engine_notify_fn fn, void *us
 
 bool engine_is_alive(engine_t *e) {
     pthread_mutex_lock(&e->mu);
-    bool alive = e->thread_running && !e->stop;
+    bool alive = e->thread_running && !e->stop && !e->dead;
     pthread_mutex_unlock(&e->mu);
     return alive;
 }

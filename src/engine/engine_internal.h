@@ -81,6 +81,7 @@ struct engine {
     int32_t n_aborts, cap_aborts;
     bool stop;
     bool thread_running;
+    bool dead;                      /* the device is lost for good (ops.h last_error 2) */
     pthread_t thread;
     engine_stats_t stats;           /* snapshot, updated once per step */
     int32_t stats_sched_waiting;    /* the scheduler's waiting count in that snapshot */

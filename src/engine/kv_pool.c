@@ -204,6 +204,20 @@ bool kv_allocate(kv_pool_t *p, kv_seq_blocks_t *seq, const int32_t *tokens, int3
     return true;
 }
 
+void kv_forget_uncomputed(kv_pool_t *p, kv_seq_blocks_t *seq, int32_t n_valid_tokens) {
+    int32_t keep = n_valid_tokens / p->block_size;
+    for (int32_t i = keep; i < seq->n_hashed; i++) {
+        int32_t id = seq->ids[i];
+        kv_block_t *b = &p->blocks[id];
+        /* Only the block that registered the hash holds it (kv_allocate). */
+        if (b->has_hash && b->hash == seq->hashes[i] && map_get(p, b->hash) == id) {
+            map_del(p, b->hash);
+            b->has_hash = false;
+        }
+    }
+    if (seq->n_hashed > keep) seq->n_hashed = keep;
+}
+
 void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq) {
     for (int32_t i = seq->n - 1; i >= 0; i--) {
         kv_block_t *b = &p->blocks[seq->ids[i]];

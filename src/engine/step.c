@@ -209,14 +209,35 @@ static void warn_preemptions(const scheduler_t *s) {
 
 /* The forward failed on the device (ops.h, last_error): none of this step's
  * tokens was computed, so each scheduled request ends with finish_reason
- * "error" (its client gets a final event) and the engine goes on with the
- * next step. A fault that broke the CUDA context fails every later step the
- * same way. Known gap: full blocks of these requests were hashed when they
- * were allocated (as vLLM does), and stay in the prefix cache after the
- * blocks are freed, with whatever the failed step left in them. */
-static void fail_step(engine_t *e, const sched_output_t *so, const char *msg, double now) {
+ * "error" (its client gets a final event), and the blocks this step was to
+ * fill leave the prefix cache (their hashes were registered when they were
+ * allocated, as vLLM does). A recoverable failure ends there: the engine
+ * goes on with the next step. A fatal one (the device is lost for good)
+ * kills the engine, as vLLM's EngineDeadError: GET /health answers 503 and
+ * every request, running, waiting or new, finishes with "error" at once
+ * (fail_all); only a restart recovers. */
+static void fail_step(engine_t *e, const sched_output_t *so, const char *msg, bool fatal, double now) {
     LOG_ERROR("Model forward failed; finishing the %d requests of this step with an error: %s", so->n, msg);
-    for (int32_t s = 0; s < so->n; s++) engine_finish_request(e, so->reqs[s], FINISH_ERROR, now);
+    if (fatal) { /* dead before any client hears of the failure */
+        LOG_ERROR("EngineCore encountered a fatal error: the device cannot run anything more in this process; "
+                  "every request now fails and GET /health answers 503 until the server is restarted");
+        pthread_mutex_lock(&e->mu);
+        e->dead = true;
+        pthread_mutex_unlock(&e->mu);
+    }
+    for (int32_t s = 0; s < so->n; s++) {
+        request_t *r = so->reqs[s];
+        kv_forget_uncomputed(&e->pool, &r->blocks, r->n_computed);
+        engine_finish_request(e, r, FINISH_ERROR, now);
+    }
+    publish_stats(e, 0, 0, 0);
+}
+
+/* A dead engine runs nothing: whatever is running or waiting finishes with "error". */
+static void fail_all(engine_t *e, double now) {
+    while (e->sched.n_running > 0) engine_finish_request(e, e->sched.running[0], FINISH_ERROR, now);
+    while (e->sched.n_waiting > 0)
+        engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
     publish_stats(e, 0, 0, 0);
 }
 
@@ -267,6 +288,10 @@ static void sample_on_device(engine_t *e, int32_t n_rows) {
 bool engine_step(engine_t *e) {
     double now = sl_now_s();
     take_submissions(e, now);
+    if (e->dead && (e->sched.n_running > 0 || e->sched.n_waiting > 0)) {
+        fail_all(e, now);
+        return true;
+    }
     if (e->sched.n_running == 0 && e->sched.n_waiting == 0) {
         publish_stats(e, 0, 0, 0);
         return false;
@@ -297,8 +322,9 @@ bool engine_step(engine_t *e) {
     if (on_device && n_rows > 0) sample_on_device(e, n_rows);
     double done = sl_now_s();
     char fail_msg[SL_ERR_LEN];
-    if (ops->last_error && ops->last_error(ops->ctx, fail_msg, sizeof fail_msg)) {
-        fail_step(e, so, fail_msg, done);
+    int failed = ops->last_error ? ops->last_error(ops->ctx, fail_msg, sizeof fail_msg) : 0;
+    if (failed) {
+        fail_step(e, so, fail_msg, failed == 2, done);
         return true;
     }
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];

@@ -4,7 +4,12 @@
  * told to: the engine must finish every request scheduled in that step with
  * FINISH_ERROR (all n sequences of a request, each with a final event and no
  * token), release their KV blocks, and then serve the next request normally.
- * Runs the committed tiny checkpoint synchronously (engine_step).
+ * The blocks the failed step was to fill leave the prefix cache. A fatal
+ * failure (last_error 2: the device is lost for good) kills the engine:
+ * engine_is_alive turns false (GET /health 503) and every request, new ones
+ * included, finishes with FINISH_ERROR without a forward.
+ * Runs the committed tiny checkpoint synchronously (engine_step), and with
+ * the engine thread for the fatal case.
  */
 #include "servelab/engine.h"
 #include "test.h"
@@ -12,14 +17,15 @@
 #define MODEL_DIR "models/tiny"
 
 static int fail_next, n_queries;
+static bool fatal; /* the next failure is a lost device: 2, then 2 forever */
 
 static int fake_last_error(void *ctx, char *msg, size_t cap) {
     (void)ctx;
     n_queries++;
     if (!fail_next) return 0;
-    fail_next = 0;
+    if (!fatal) fail_next = 0;
     snprintf(msg, cap, "CUDA error: an illegal memory access was encountered (fake)");
-    return 1;
+    return fatal ? 2 : 1;
 }
 
 typedef struct {
@@ -96,8 +102,132 @@ static void test_failed_forward_finishes_the_steps_requests_with_error(void) {
     tok_free(tok);
 }
 
+typedef struct {
+    llama_model_t m;
+    tokenizer_t *tok;
+    engine_t *e;
+    sl_ops_t ops;
+} rig_t;
+
+static void rig_init(rig_t *g) {
+    g->ops = *cpu_backend_init(1);
+    g->ops.last_error = fake_last_error;
+    sl_err_t err;
+    g->tok = tok_load(MODEL_DIR, &err);
+    SL_ASSERT(g->tok);
+    engine_config_t c = {.block_size = 16, .kv_cache_memory_bytes = 64 << 20, .enable_prefix_caching = true};
+    c.sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = 8, .max_model_len = 512,
+                               .enable_chunked_prefill = true};
+    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    SL_ASSERT(llama_init(&g->m, MODEL_DIR, &lo, &g->ops, 2048, 8, 512 / 16, &err) == 0);
+    g->e = engine_create(&c, &g->m, g->tok, 0, &err);
+    SL_ASSERT(g->e);
+}
+
+static void rig_free(rig_t *g) {
+    engine_free(g->e);
+    llama_free(&g->m);
+    tok_free(g->tok);
+}
+
+static void test_failed_step_leaves_nothing_in_the_prefix_cache(void) {
+    rig_t g;
+    rig_init(&g);
+    int32_t prompt[40];
+    for (int32_t i = 0; i < 40; i++) prompt[i] = 7 + 3 * i;
+    sampling_params_t p;
+    sampling_params_default(&p);
+    p.max_tokens = 2;
+    p.temperature = 0.0f;
+    sl_err_t err;
+    engine_stream_t *a = engine_submit(g.e, prompt, 40, &p, &err);
+    SL_ASSERT(a);
+    fail_next = 1;
+    CHECK(engine_step(g.e));
+    CHECK_EQ_INT(drain(a).n_errors, 1);
+    engine_stream_release(g.e, a);
+
+    /* The same prompt again: its two full blocks were never computed, so no hit. */
+    engine_stream_t *b = engine_submit(g.e, prompt, 40, &p, &err);
+    SL_ASSERT(b);
+    while (engine_step(g.e)) {}
+    engine_stats_t st;
+    engine_get_stats(g.e, &st);
+    CHECK_EQ_INT(st.prefix_hits, 0);
+    CHECK_EQ_INT(drain(b).n_tokens, 2);
+    engine_stream_release(g.e, b);
+
+    /* Computed this time: a third request hits both blocks. */
+    engine_stream_t *c = engine_submit(g.e, prompt, 40, &p, &err);
+    SL_ASSERT(c);
+    while (engine_step(g.e)) {}
+    engine_get_stats(g.e, &st);
+    CHECK_EQ_INT(st.prefix_hits, 32);
+    engine_stream_release(g.e, c);
+    sampling_params_free(&p);
+    rig_free(&g);
+}
+
+static drained_t drain_blocking(engine_stream_t *st) {
+    drained_t d = {0};
+    for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
+        d.n_events++;
+        d.n_tokens += o->n_new;
+        d.n_errors += o->finish == FINISH_ERROR;
+        if (o->finish != FINISH_NONE) d.last = o->finish;
+    }
+    return d;
+}
+
+static void test_lost_device_kills_the_engine(void) {
+    rig_t g;
+    rig_init(&g);
+    int32_t prompt[12];
+    for (int32_t i = 0; i < 12; i++) prompt[i] = 9 + i;
+    sampling_params_t p;
+    sampling_params_default(&p);
+    p.max_tokens = 400;
+    p.ignore_eos = true;
+    sl_err_t err;
+    engine_start(g.e);
+    CHECK(engine_is_alive(g.e));
+    engine_stream_t *running = engine_submit(g.e, prompt, 12, &p, &err);
+    SL_ASSERT(running);
+    /* Let it produce a few tokens, then lose the device. */
+    engine_output_t *o = engine_stream_next(running);
+    SL_ASSERT(o && o->n_new == 1);
+    engine_output_free(o);
+    fatal = true;
+    fail_next = 1;
+    drained_t d = drain_blocking(running);
+    CHECK(d.last == FINISH_ERROR);
+    CHECK(d.n_tokens < 399);
+    CHECK(!engine_is_alive(g.e));
+    int queries = n_queries;
+
+    /* A new request fails at once, with no forward (no last_error query). */
+    engine_stream_t *late = engine_submit(g.e, prompt, 12, &p, &err);
+    SL_ASSERT(late);
+    drained_t dl = drain_blocking(late);
+    CHECK_EQ_INT(dl.n_tokens, 0);
+    CHECK(dl.last == FINISH_ERROR);
+    CHECK_EQ_INT(n_queries, queries);
+    engine_stats_t st;
+    engine_get_stats(g.e, &st);
+    CHECK_EQ_INT(st.n_running + st.n_waiting, 0);
+    engine_stream_release(g.e, running);
+    engine_stream_release(g.e, late);
+    engine_stop(g.e);
+    fatal = false;
+    fail_next = 0;
+    sampling_params_free(&p);
+    rig_free(&g);
+}
+
 int main(void) {
     test_seed();
     RUN(test_failed_forward_finishes_the_steps_requests_with_error);
+    RUN(test_failed_step_leaves_nothing_in_the_prefix_cache);
+    RUN(test_lost_device_kills_the_engine);
     return test_summary();
 }
