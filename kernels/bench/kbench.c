@@ -258,6 +258,7 @@ int main(int argc, char **argv) {
         kb_bench_elementwise(&c, m);
         kb_bench_attention(&c, m);
         kb_bench_gemm(&c, m);
+        kb_bench_sample(&c, m);
     }
 
     printf("\nroofline (measured in this run): copy %.1f GB/s (read + write), cuBLAS %s GEMM %.1f TFLOP/s\n",

@@ -10,7 +10,7 @@
 #include <string.h>
 
 const char *const kb_kernel_names[] = {"rmsnorm", "add_rmsnorm", "silu_mul", "rope_kv_write", "embed",
-                                       "attn_decode", "attn_prefill", "gemm", NULL};
+                                       "attn_decode", "attn_prefill", "gemm", "sample", NULL};
 
 const char kb_usage[] =
     "usage: servelab-kernel-bench [--dtype bf16|f16|f32] [--iters N] [--warmup N] [--quick]\n"
@@ -61,7 +61,7 @@ static int parse_only(char *v, kb_opts_t *o, char *err, size_t cap) {
         size_t len = strcspn(p, ",");
         int k = known_kernel(p, len);
         if (k < 0) return fail(err, cap, "argument --only: unknown kernel '%.*s' (choose from rmsnorm, add_rmsnorm, "
-                               "silu_mul, rope_kv_write, embed, attn_decode, attn_prefill, gemm)", (int)len, p);
+                               "silu_mul, rope_kv_write, embed, attn_decode, attn_prefill, gemm, sample)", (int)len, p);
         if (o->n_only == KB_MAX_ONLY) return fail(err, cap, "argument --only: too many names");
         o->only[o->n_only++] = kb_kernel_names[k];
         p += len;
