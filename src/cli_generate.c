@@ -13,6 +13,8 @@
  * "logprobs" (log-softmax of the raw logits at each chosen token),
  * "num_cached_tokens", plus "top_logprobs" when logprobs > 0 was asked and
  * "outputs" (one object per completion) when n > 1. Logs go to stderr.
+ * Exit status 1 when a prompt is refused or a completion ends with
+ * finish_reason "error" (a failed device step), after printing what came.
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -261,6 +263,11 @@ int cli_generate(int argc, char **argv) {
                 printf("\n");
             }
             for (int32_t k = 0; k < n; k++) {
+                if (ch[k].finish == FINISH_ERROR) {
+                    fprintf(stderr, "servelab: error: prompt %d, completion %d: the engine failed it "
+                            "(finish_reason \"error\"; the log says why)\n", i, k);
+                    status = 1;
+                }
                 free(ch[k].tokens), free(ch[k].logprobs), free(ch[k].top), free(ch[k].text);
             }
             free(ch);
