@@ -16,9 +16,10 @@
  * make runtime calls that stricter modes refuse). cuBLAS gets a fixed
  * workspace (cublasSetWorkspace), so no GEMM allocates while capturing; a
  * step for a graph (meta->for_graph) puts its attention partials in a
- * workspace of their own that is sized by the warm-up before the first
- * capture and never moves after (a graph holds its address), while eager
- * steps keep growing theirs as contexts get longer.
+ * workspace of their own, sized by the warm-up run before each capture;
+ * a graph holds its address, so when a later (lazily captured, larger)
+ * size outgrows it, the old one is kept for the graphs that use it and a
+ * new one is allocated. Eager steps keep growing theirs as contexts grow.
  * Errors: at init one line with a hint; in an op nothing exits, the first
  * failure is recorded, later ops are skipped, and last_error hands it over
  * (ops.h). SERVELAB_CUDA_SYNC_OPS=1 syncs after every op so an asynchronous
@@ -42,6 +43,8 @@
 #define STAGING_BYTES ((size_t)1 << 20)
 /* cuBLAS's workspace: what NVIDIA recommends for Hopper (32 MiB). */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Graph workspaces outgrown while graphs still use them (lazy capture, smaller sizes first). */
+#define MAX_RETIRED 64
 #define STAGING_ALIGN ((size_t)256)
 #define HINT_CPU "Hint: run with --device cpu"
 
@@ -52,8 +55,10 @@ typedef struct {
     cublasHandle_t blas;
     void *attn_ws;          /* slk_attention's split partials, grown on demand */
     size_t attn_ws_bytes;
-    void *graph_ws;         /* the same for steps of CUDA graphs: fixed once a graph exists */
+    void *graph_ws;         /* the same for steps of CUDA graphs (below) */
     size_t graph_ws_bytes;
+    void *retired_ws[MAX_RETIRED]; /* earlier graph workspaces, still read by the graphs captured on them */
+    int n_retired;
     void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
     void *sample_ws;        /* slk_sample's scratch: zero between calls (zeroed when it grows) */
     size_t sample_ws_bytes;
@@ -357,9 +362,14 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
     void **ws = m->for_graph ? &c->graph_ws : &c->attn_ws;
     size_t *ws_bytes = m->for_graph ? &c->graph_ws_bytes : &c->attn_ws_bytes;
     if (m->for_graph && c->n_graphs > 0 && need > *ws_bytes) {
-        record(c, __LINE__, "a CUDA graph step needs %zu bytes of attention workspace, more than the %zu its "
-               "graphs were captured with", need, *ws_bytes);
-        return;
+        if (c->n_retired == MAX_RETIRED) {
+            record(c, __LINE__, "a CUDA graph step needs %zu bytes of attention workspace, more than the %zu its "
+                   "graphs were captured with, %d times already", need, *ws_bytes, MAX_RETIRED);
+            return;
+        }
+        c->retired_ws[c->n_retired++] = c->graph_ws; /* not freed: captured graphs read it */
+        c->graph_ws = NULL;
+        c->graph_ws_bytes = 0;
     }
     if (!grow(c, ws, ws_bytes, need, "attention workspace")) return;
     int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, *ws, *ws_bytes, c->stream);
