@@ -135,8 +135,8 @@ int llama_graph_bucket(const int32_t *sizes, int n, int32_t S);
  * padding rows. dst has room for S_pad sequences, and block-table rows at
  * least as wide as src's (the rest of a row is left as it was). */
 void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad);
-/* Captures a graph per size (sizes need not be sorted; duplicates and sizes
- * above max_seqs or max_tokens are dropped), largest first, each after one
+/* Captures a graph per size (sizes need not be sorted; one above max_seqs
+ * or max_tokens counts as that limit; duplicates go), largest first, each after one
  * eager warm-up run of its shape; `lazy` defers each capture to the size's
  * first use instead. 0, or -1 with err (the backend has no graphs, or a
  * capture failed: the backend's message). */

@@ -362,9 +362,10 @@ int llama_capture_graphs(llama_model_t *m, const kv_cache_t *kv, const int32_t *
         return sl_fail(err, "the %s backend has no CUDA graphs", o->name);
     llama_free_graphs(m);
     m->graph_sizes = sl_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    int32_t cap = m->max_seqs < m->max_tokens ? m->max_seqs : m->max_tokens;
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (sizes[i] >= 1 && sizes[i] <= m->max_seqs && sizes[i] <= m->max_tokens) m->graph_sizes[k++] = sizes[i];
+        if (sizes[i] >= 1) m->graph_sizes[k++] = sizes[i] < cap ? sizes[i] : cap;
     qsort(m->graph_sizes, (size_t)k, sizeof(int32_t), cmp_i32);
     int u = 0;
     for (int i = 0; i < k; i++)

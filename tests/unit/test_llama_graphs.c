@@ -308,7 +308,7 @@ static void run_against_eager(bool lazy) {
     int64_t V = eager.cfg.vocab_size;
     make_seqs(V);
     sl_err_t err;
-    int32_t sizes[] = {8, 2, 1, 4, 4, 64}; /* unsorted, a duplicate, one above max_seqs: dropped */
+    int32_t sizes[] = {8, 2, 1, 4, 4, 64}; /* unsorted, a duplicate, one above max_seqs: clamped to it */
     n_uploads_while_recording = 0;
     CHECK(llama_capture_graphs(&graphed, &kv_g, sizes, 6, GRAPH_MAX_SEQ_LEN, lazy, &err) == 0);
     CHECK_EQ_INT(graphed.n_graphs, 4);
