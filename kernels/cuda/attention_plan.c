@@ -9,12 +9,17 @@
  * partition's fixed cost, short enough that a single 4k-token sequence still
  * spreads over 8 blocks per KV head). The decode head tile is the group size
  * rounded up to a power of two, capped at 8, so one block reads each K/V row
- * once for up to 8 query heads. Prefill tiles keep the fp32 shared-memory
- * tiles (Q, K, V, P) at 43-104 KB and a thread's accumulators under ~100
- * registers: BQ x BK = 64x64 (D=32 and D=64), 64x32 (D=128), 32x32 (D=256).
+ * once for up to 8 query heads. The FMA prefill's (f32) tiles keep its
+ * fp32 shared-memory tiles (Q, K, V, P) at 43-104 KB and a thread's
+ * accumulators under ~100 registers: BQ x BK = 64x64 (D=32 and D=64), 64x32 (D=128), 32x32 (D=256).
  * D=32 keeps D=64's 64x64: its thread layout, and 43 KB (under the 48 KB
  * default); a larger BQ would mostly add masked rows (decode rows of mixed
  * batches, short prompts) and fewer blocks for the small models that use it.
+ * The tensor-core prefill (bf16, f16) keeps O, and Q up to D=128, in
+ * registers (wmma fragments); 16-bit Q, K, V, P and the fp32 S scratch are
+ * in shared memory: BQ = 64 (4 warps x 16 rows) at every D, BK = 64 at D <= 128 (46,
+ * 58, 82 KB: D=32 under the 48 KB default) and 32 at D=256 (85 KB; BK = 64
+ * would be 130 KB, one block per SM).
  * Other head dims (80, 96, 112) need a different thread layout: the decode
  * PV phase needs 128 % (D / vec) == 0 and the prefill O columns D % 32 == 0.
  */
@@ -56,6 +61,15 @@ size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) 
     return (size_t)floats * sizeof(float) + (size_t)q_tile * sizeof(int32_t);
 }
 
+/* Layout (attention_prefill.cu, TcLayout): 16-bit q (BQ, D+8), k (BK, D+8),
+ * v (BK, D+8), then fp32 s (BQ, BK+8), 16-bit p (BQ, BK+8), fp32 row
+ * factors (BQ, 16), then BQ int32 positions. */
+size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) {
+    int64_t halves = q_tile * (D + 8) + 2 * kv_tile * (D + 8) + q_tile * (kv_tile + 8);
+    int64_t words = q_tile * (kv_tile + 8) + q_tile * 16 + q_tile;
+    return (size_t)halves * 2 + (size_t)words * 4;
+}
+
 int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
                    int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes) {
     memset(p, 0, sizeof *p);
@@ -83,12 +97,22 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->reduce_grid[2] = 1;
     p->reduce_smem_bytes = (size_t)p->n_parts * sizeof(float);
 
-    /* prefill */
-    switch (D) {
-    case 32: p->q_tile = ATTN_PREFILL_BQ_D32, p->kv_tile = ATTN_PREFILL_BK_D32; break;
-    case 64: p->q_tile = ATTN_PREFILL_BQ_D64, p->kv_tile = ATTN_PREFILL_BK_D64; break;
-    case 128: p->q_tile = ATTN_PREFILL_BQ_D128, p->kv_tile = ATTN_PREFILL_BK_D128; break;
-    default: p->q_tile = ATTN_PREFILL_BQ_D256, p->kv_tile = ATTN_PREFILL_BK_D256; break;
+    /* prefill: tensor cores for 16-bit dtypes; f32 stays on the FMA kernel,
+     * the exactness reference */
+    p->prefill_tc = elem_bytes == 2;
+    if (p->prefill_tc) {
+        p->q_tile = ATTN_PREFILL_TC_BQ;
+        p->kv_tile = D == 32    ? ATTN_PREFILL_TC_BK_D32
+                     : D == 64  ? ATTN_PREFILL_TC_BK_D64
+                     : D == 128 ? ATTN_PREFILL_TC_BK_D128
+                                : ATTN_PREFILL_TC_BK_D256;
+    } else {
+        switch (D) {
+        case 32: p->q_tile = ATTN_PREFILL_BQ_D32, p->kv_tile = ATTN_PREFILL_BK_D32; break;
+        case 64: p->q_tile = ATTN_PREFILL_BQ_D64, p->kv_tile = ATTN_PREFILL_BK_D64; break;
+        case 128: p->q_tile = ATTN_PREFILL_BQ_D128, p->kv_tile = ATTN_PREFILL_BK_D128; break;
+        default: p->q_tile = ATTN_PREFILL_BQ_D256, p->kv_tile = ATTN_PREFILL_BK_D256; break;
+        }
     }
     /* max_query_len bounds every sequence's query count; a meta without it
      * (< 1) falls back to T, the bound that always holds. */
@@ -97,7 +121,8 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->prefill_grid[0] = p->n_q_tiles;
     p->prefill_grid[1] = H;
     p->prefill_grid[2] = S;
-    p->prefill_smem_bytes = attn_plan_prefill_smem_bytes(p->q_tile, p->kv_tile, D);
+    p->prefill_smem_bytes = p->prefill_tc ? attn_plan_prefill_tc_smem_bytes(p->q_tile, p->kv_tile, D)
+                                          : attn_plan_prefill_smem_bytes(p->q_tile, p->kv_tile, D);
 
     if (p->path == ATTN_PATH_DECODE) {
         if (p->decode_grid[1] > ATTN_MAX_GRID_YZ || p->decode_grid[0] > INT32_MAX) return -1;

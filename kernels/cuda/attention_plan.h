@@ -8,7 +8,8 @@
  *   - decode: partitions of ATTN_DECODE_PARTITION context tokens, the GQA
  *     head tile (query heads of one KV head computed by one block), grids,
  *     shared memory and the workspace of fp32 partials;
- *   - prefill: query tile / KV tile sizes by head dim, grid, shared memory.
+ *   - prefill: the kernel (tensor cores for bf16 / f16, fp32 FMA for f32),
+ *     query tile / KV tile sizes by head dim, grid, shared memory.
  * The kernels (attention_decode.cu, attention_prefill.cu) lay out their
  * shared memory by the same formulas and check the byte counts at launch.
  */
@@ -44,6 +45,13 @@ extern "C" {
 #define ATTN_PREFILL_BK_D128 32
 #define ATTN_PREFILL_BQ_D256 32
 #define ATTN_PREFILL_BK_D256 32
+/* The tensor-core prefill (16-bit dtypes): 64 query rows per block (one warp
+ * per 16) at every head dim, KV rows per step by head dim. */
+#define ATTN_PREFILL_TC_BQ 64
+#define ATTN_PREFILL_TC_BK_D32 64
+#define ATTN_PREFILL_TC_BK_D64 64
+#define ATTN_PREFILL_TC_BK_D128 64
+#define ATTN_PREFILL_TC_BK_D256 32
 
 typedef enum { ATTN_PATH_DECODE = 0, ATTN_PATH_PREFILL = 1 } attn_path_t;
 
@@ -66,6 +74,7 @@ typedef struct {
     size_t reduce_smem_bytes;   /* n_parts fp32 weights */
 
     /* prefill: grid (n_q_tiles, H, S), ATTN_THREADS threads */
+    int prefill_tc;             /* 1: the tensor-core kernel (elem_bytes 2); 0: the fp32 FMA one */
     int64_t q_tile, kv_tile;    /* BQ query rows, BK KV rows */
     int64_t n_q_tiles;          /* ceil(max_query_len / BQ) */
     int64_t prefill_grid[3];
@@ -106,6 +115,7 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
 /* Shared-memory bytes of the kernels, by the formulas their layouts use. */
 size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec);
 size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
+size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
  *
  * attention_plan.c is pure C and decides everything host-side about a call:
  * path, decode partitions, GQA head tiles, prefill tiles, grids, shared
- * memory and workspace bytes. These tests pin its arithmetic at the
+ * memory and workspace bytes, and which prefill kernel (tensor cores for
+ * 16-bit dtypes, FMA for f32). These tests pin its arithmetic at the
  * boundaries (511/512/513 tokens, 0 and 1 token, group sizes around powers
  * of two), the head dim 32 of models/tiny, and its rejections, in every
  * build, GPU or not.
@@ -113,9 +114,10 @@ static void test_decode_smem_is_the_larger_of_loop_and_reduction(void) {
     CHECK(p.decode_smem_bytes <= 48 * 1024); /* no opt-in needed for decode */
 }
 
-static void test_prefill_tiles_by_head_dim(void) {
+static void test_fma_prefill_tiles_by_head_dim(void) {
     attn_plan_t p;
-    CHECK_EQ_INT(attn_plan_make(&p, 700, 1, 700, 700, 8, 2, 64, 2), 0);
+    CHECK_EQ_INT(attn_plan_make(&p, 700, 1, 700, 700, 8, 2, 64, 4), 0);
+    CHECK(!p.prefill_tc);
     CHECK_EQ_INT(p.q_tile, 64);
     CHECK_EQ_INT(p.kv_tile, 64);
     CHECK_EQ_INT(p.n_q_tiles, 11);
@@ -130,14 +132,14 @@ static void test_prefill_tiles_by_head_dim(void) {
     CHECK_EQ_INT(p.n_q_tiles, 1);
     CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (64 * 132 + 32 * 132 + 32 * 128 + 64 * 36) + 64 * 4);
 
-    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 65, 8, 2, 256, 2), 0);
+    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 65, 8, 2, 256, 4), 0);
     CHECK_EQ_INT(p.q_tile, 32);
     CHECK_EQ_INT(p.kv_tile, 32);
     CHECK_EQ_INT(p.n_q_tiles, 3);
     CHECK_EQ_INT(p.prefill_smem_bytes, 4 * (32 * 260 + 32 * 260 + 32 * 256 + 32 * 36) + 32 * 4);
     CHECK(p.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
 
-    CHECK_EQ_INT(attn_plan_make(&p, 100, 2, 60, 70, 8, 2, 32, 2), 0);
+    CHECK_EQ_INT(attn_plan_make(&p, 100, 2, 60, 70, 8, 2, 32, 4), 0);
     CHECK_EQ_INT(p.q_tile, 64);
     CHECK_EQ_INT(p.kv_tile, 64);
     CHECK_EQ_INT(p.n_q_tiles, 2);
@@ -145,9 +147,46 @@ static void test_prefill_tiles_by_head_dim(void) {
     CHECK(p.prefill_smem_bytes <= 48 * 1024); /* no opt-in needed at D=32 */
 
     /* a meta without max_query_len falls back to T */
-    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 0, 8, 2, 128, 2), 0);
+    CHECK_EQ_INT(attn_plan_make(&p, 130, 3, 900, 0, 8, 2, 128, 4), 0);
     CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
     CHECK_EQ_INT(p.n_q_tiles, 3);
+}
+
+/* bf16 / f16 prefill runs the tensor-core kernel: 64 query rows (4 warps of
+ * 16) at every D, 64 KV rows (32 at D=256); its 16-bit q, k, v, p and fp32 s
+ * tiles stay under 48 KB at D=32 and under the opt-in limit everywhere. */
+static void test_prefill_uses_tensor_cores_for_16_bit_dtypes(void) {
+    CHECK_EQ_INT(attn_plan_prefill_tc_smem_bytes(64, 64, 128),
+                 2 * (64 * 136 + 2 * 64 * 136 + 64 * 72) + 4 * (64 * 72 + 64 * 16 + 64));
+    struct { int64_t D, bk; size_t smem; } c[] = {
+        {32, 64, 47360}, {64, 64, 59648}, {128, 64, 84224}, {256, 32, 87296},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        attn_plan_t p;
+        CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, c[i].D, 2), 0);
+        CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+        CHECK(p.prefill_tc);
+        CHECK_EQ_INT(p.q_tile, 64);
+        CHECK_EQ_INT(p.kv_tile, c[i].bk);
+        CHECK_EQ_INT(p.n_q_tiles, 11);
+        CHECK_EQ_INT(p.prefill_grid[0], 11);
+        CHECK_EQ_INT(p.prefill_grid[1], 8);
+        CHECK_EQ_INT(p.prefill_grid[2], 2);
+        CHECK_EQ_INT(p.prefill_smem_bytes, c[i].smem);
+        CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_tc_smem_bytes(64, c[i].bk, c[i].D));
+        CHECK(p.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
+        CHECK_EQ_INT(p.workspace_bytes, 0);
+        /* f32: the FMA kernel, whatever the shape */
+        CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, c[i].D, 4), 0);
+        CHECK(!p.prefill_tc);
+        CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_smem_bytes(p.q_tile, p.kv_tile, c[i].D));
+    }
+    CHECK(attn_plan_prefill_tc_smem_bytes(64, 64, 32) <= 48 * 1024); /* no opt-in needed at D=32 */
+    /* a 2-token prefill is still one block of 64 rows per head */
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, 3, 2, 701, 2, 4, 2, 32, 2), 0);
+    CHECK(p.prefill_tc);
+    CHECK_EQ_INT(p.n_q_tiles, 1);
 }
 
 /* models/tiny: hidden 128, 4 query heads, 2 KV heads, head_dim 32, in bf16 and f32. */
@@ -215,7 +254,8 @@ int main(void) {
     RUN(test_path_is_decode_only_when_every_query_is_one_token);
     RUN(test_decode_head_tile_covers_the_gqa_group);
     RUN(test_decode_smem_is_the_larger_of_loop_and_reduction);
-    RUN(test_prefill_tiles_by_head_dim);
+    RUN(test_fma_prefill_tiles_by_head_dim);
+    RUN(test_prefill_uses_tensor_cores_for_16_bit_dtypes);
     RUN(test_head_dim_32_of_the_tiny_model_is_planned);
     RUN(test_unsupported_shapes_are_rejected);
     return test_summary();
