@@ -472,22 +472,32 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     }
 }
 
+/* ---- launchers --------------------------------------------------------------- */
+
+/* Raises the kernel's shared-memory limit when it needs more than the
+ * default 48 KB, then launches it on the plan's grid (both prefill kernels
+ * take the same arguments). */
+template <typename T, typename Kern>
+static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_plan_t *pl, const AttnArgs &a,
+                                       cudaStream_t st) {
+    cudaError_t err;
+    if (smem_bytes > 48 * 1024 &&
+        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes)))
+        return err;
+    const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
+    kern<<<grid, ATTN_THREADS, smem_bytes, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
+                                                 static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
+                                                 a.positions, a.query_start, a.block_tables, a.max_blocks,
+                                                 a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
+    return cudaGetLastError();
+}
+
 template <typename T, int D, int BK>
 static cudaError_t launch_prefill_tc_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     using L = TcLayout<D, BK>;
     if (!pl->prefill_tc || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != L::BQ || pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    auto kern = attn_prefill_tc_kernel<T, D, BK>;
-    cudaError_t err;
-    if (L::BYTES > 48 * 1024 &&
-        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::BYTES)))
-        return err;
-    const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
-    kern<<<grid, ATTN_THREADS, L::BYTES, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
-                                                static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
-                                                a.positions, a.query_start, a.block_tables, a.max_blocks,
-                                                a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
-    return cudaGetLastError();
+    return launch_prefill_grid<T>(attn_prefill_tc_kernel<T, D, BK>, L::BYTES, pl, a, st);
 }
 
 template <typename T>
@@ -501,24 +511,12 @@ static cudaError_t launch_prefill_tc(const attn_plan_t *pl, const AttnArgs &a, c
     }
 }
 
-/* ---- launchers --------------------------------------------------------------- */
-
 template <typename T, int D, int BQ, int BK>
 static cudaError_t launch_prefill_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     using L = PrefillLayout<D, BQ, BK>;
     if (pl->prefill_tc || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != BQ || pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    auto kern = attn_prefill_kernel<T, D, BQ, BK>;
-    cudaError_t err;
-    if (L::BYTES > 48 * 1024 &&
-        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::BYTES)))
-        return err;
-    const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
-    kern<<<grid, ATTN_THREADS, L::BYTES, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
-                                                static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
-                                                a.positions, a.query_start, a.block_tables, a.max_blocks,
-                                                a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
-    return cudaGetLastError();
+    return launch_prefill_grid<T>(attn_prefill_kernel<T, D, BQ, BK>, L::BYTES, pl, a, st);
 }
 
 template <typename T>

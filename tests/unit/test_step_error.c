@@ -33,9 +33,11 @@ typedef struct {
     finish_reason_t last;
 } drained_t;
 
-static drained_t drain(engine_stream_t *st) {
+/* The stream's events: those queued now (engine_stream_try_next, for a
+ * synchronous engine), or all of them until it ends (engine_stream_next). */
+static drained_t drain_with(engine_stream_t *st, engine_output_t *(*next)(engine_stream_t *)) {
     drained_t d = {0};
-    for (engine_output_t *o; (o = engine_stream_try_next(st)); engine_output_free(o)) {
+    for (engine_output_t *o; (o = next(st)); engine_output_free(o)) {
         d.n_events++;
         d.n_tokens += o->n_new;
         d.n_errors += o->finish == FINISH_ERROR;
@@ -43,6 +45,8 @@ static drained_t drain(engine_stream_t *st) {
     }
     return d;
 }
+static drained_t drain(engine_stream_t *st) { return drain_with(st, engine_stream_try_next); }
+static drained_t drain_blocking(engine_stream_t *st) { return drain_with(st, engine_stream_next); }
 
 static void test_failed_forward_finishes_the_steps_requests_with_error(void) {
     sl_ops_t ops = *cpu_backend_init(1);
@@ -166,17 +170,6 @@ static void test_failed_step_leaves_nothing_in_the_prefix_cache(void) {
     engine_stream_release(g.e, c);
     sampling_params_free(&p);
     rig_free(&g);
-}
-
-static drained_t drain_blocking(engine_stream_t *st) {
-    drained_t d = {0};
-    for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
-        d.n_events++;
-        d.n_tokens += o->n_new;
-        d.n_errors += o->finish == FINISH_ERROR;
-        if (o->finish != FINISH_NONE) d.last = o->finish;
-    }
-    return d;
 }
 
 static void test_lost_device_kills_the_engine(void) {
