@@ -13,26 +13,7 @@
 #include <stdint.h>
 
 #include "servelab/core.h"
-
-/* Element types of checkpoints, weights and activations. */
-typedef enum {
-    DTYPE_F32,
-    DTYPE_F16,
-    DTYPE_BF16,
-    DTYPE_I32,
-    DTYPE_I8,
-    DTYPE_U8,
-    DTYPE_I64,
-    DTYPE_F64,
-    DTYPE_BOOL,
-    DTYPE_COUNT
-} sl_dtype_t;
-
-size_t dtype_size(sl_dtype_t dt);
-/* "F32", "BF16", ... as written in safetensors headers. */
-const char *dtype_name(sl_dtype_t dt);
-/* "float32", "bfloat16", ... as written in config.json's torch_dtype. */
-const char *dtype_torch_name(sl_dtype_t dt);
+#include "servelab/dtype.h"
 
 #define CONFIG_MAX_EOS 8
 

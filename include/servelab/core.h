@@ -10,6 +10,9 @@
 #ifndef SERVELAB_CORE_H
 #define SERVELAB_CORE_H
 
+/* The version `servelab --version`, GET /version and the startup line report. */
+#define SERVELAB_VERSION "0.1.0"
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../cpu/ops_cpu.h"
+#include "ops_cpu.h"
 #include "kbench.h"
 #include "kernels.h"
 

@@ -46,7 +46,7 @@ void kb_fill(kb_ctx_t *c, void *dev, int64_t n, sl_dtype_t dt, const kb_pattern_
     void *raw = malloc((size_t)first * es);
     if (!f || !raw) abort();
     kb_pattern_read(f, 0, first, p, offset);
-    cpu_from_f32(raw, f, dt, first);
+    dtype_from_f32(raw, f, dt, first);
     KB_CUDA(cudaMemcpyAsync(dev, raw, (size_t)first * es, cudaMemcpyHostToDevice, c->stream));
     /* Doubling copies: the filled prefix is always a multiple of the period long. */
     for (int64_t filled = first; filled < n;) {
@@ -66,7 +66,7 @@ void kb_download(float *host, const void *dev, int64_t first, int64_t n, sl_dtyp
     if (!raw) abort();
     KB_CUDA(cudaDeviceSynchronize());
     KB_CUDA(cudaMemcpy(raw, (const char *)dev + (size_t)first * es, (size_t)n * es, cudaMemcpyDeviceToHost));
-    cpu_to_f32(host, raw, dt, n);
+    dtype_to_f32(host, raw, dt, n);
     free(raw);
 }
 
@@ -74,15 +74,15 @@ void kb_round(float *x, int64_t n, sl_dtype_t dt) {
     if (dt == DTYPE_F32 || n <= 0) return;
     void *tmp = malloc((size_t)n * 2);
     if (!tmp) abort();
-    cpu_from_f32(tmp, x, dt, n);
-    cpu_to_f32(x, tmp, dt, n);
+    dtype_from_f32(tmp, x, dt, n);
+    dtype_to_f32(x, tmp, dt, n);
     free(tmp);
 }
 
 void *kb_host_dt(const float *x, int64_t n, sl_dtype_t dt) {
     void *p = malloc((size_t)(n > 0 ? n : 1) * kt_size(dt));
     if (!p) abort();
-    cpu_from_f32(p, x, dt, n);
+    dtype_from_f32(p, x, dt, n);
     return p;
 }
 

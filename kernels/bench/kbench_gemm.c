@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../cpu/ops_cpu.h"
+#include "ops_cpu.h"
 #include "kbench.h"
 
 #define CHECK_COLS 64

@@ -76,7 +76,7 @@ static void linear_rows(float *restrict out, const float *restrict in, const voi
         }
         const float *wf = wr;
         if (dt != DTYPE_F32) {
-            cpu_to_f32(row, wr, dt, K);
+            dtype_to_f32(row, wr, dt, K);
             wf = row;
         }
         int64_t t = t0;

@@ -11,58 +11,12 @@
 
 #include "servelab/core.h"
 
-uint16_t f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);           /* nan */
-    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);          /* overflow -> inf */
-    if (abs < 0x38800000u) {                                            /* subnormal or zero */
-        if (abs < 0x33000000u) return (uint16_t)sign;                   /* below half the smallest */
-        uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-        int shift = 126 - (int)(abs >> 23);                             /* 14..24 */
-        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1u))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t r = abs - 0x38000000u;                                     /* rebias exponent */
-    uint32_t half = r >> 13, rem = r & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
-    return (uint16_t)(sign | half);
-}
-
-void cpu_to_f32(float *dst, const void *src, sl_dtype_t dt, int64_t n) {
-    switch (dt) {
-    case DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
-    case DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(((const uint16_t *)src)[i]);
-        return;
-    case DTYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)src)[i]);
-        return;
-    default: SL_ASSERT(!"cpu_to_f32: not a float dtype");
-    }
-}
-
-void cpu_from_f32(void *dst, const float *src, sl_dtype_t dt, int64_t n) {
-    switch (dt) {
-    case DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
-    case DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
-        return;
-    case DTYPE_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_f16(src[i]);
-        return;
-    default: SL_ASSERT(!"cpu_from_f32: not a float dtype");
-    }
-}
-
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
                int64_t T) {
     size_t row_bytes = (size_t)n * dtype_size(dt);
 #pragma omp parallel for schedule(static) if (T * n >= CPU_PAR_MIN_WORK)
     for (int64_t t = 0; t < T; t++)
-        cpu_to_f32(out + t * n, (const uint8_t *)table + (size_t)ids[t] * row_bytes, dt, n);
+        dtype_to_f32(out + t * n, (const uint8_t *)table + (size_t)ids[t] * row_bytes, dt, n);
 }
 
 void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,

@@ -13,40 +13,7 @@
 #include <string.h>
 
 #include "servelab/config.h"
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static inline float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13);                 /* inf / nan */
-    } else if (exp != 0) {
-        u = sign | ((exp + 112u) << 23) | (man << 13);        /* normal */
-    } else if (man == 0) {
-        u = sign;                                             /* zero */
-    } else {                                                  /* subnormal: normalize */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400u));
-        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-uint16_t f32_to_f16(float f);
+#include "servelab/dtype.h"
 
 /* Work (elements or multiply-adds) below which an op runs on the calling
  * thread alone. Forking a team costs microseconds, and a team whose worker
@@ -54,11 +21,6 @@ uint16_t f32_to_f16(float f);
  * slice at the barrier: for a small model's ops that turned microseconds into
  * milliseconds. Every output is computed the same way either way. */
 #define CPU_PAR_MIN_WORK ((int64_t)1 << 15)
-
-/* Widens n elements of a F32/F16/BF16 array to fp32. */
-void cpu_to_f32(float *dst, const void *src, sl_dtype_t dt, int64_t n);
-/* Narrows n fp32 elements to dt (F32/F16/BF16), rounding to nearest even. */
-void cpu_from_f32(void *dst, const float *src, sl_dtype_t dt, int64_t n);
 
 /* out(T, n) = table(V, n)[ids[t]] */
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,

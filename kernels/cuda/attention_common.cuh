@@ -6,7 +6,7 @@
  * from common.cuh on purpose: the attention kernels need only these few
  * helpers. Every helper reads or writes exactly 16 bytes: 4 fp32 or 8 16-bit
  * values, converted to / from fp32 with round-to-nearest-even, as the CPU
- * reference's cpu_from_f32 does.
+ * reference's dtype_from_f32 does.
  */
 #ifndef SERVELAB_ATTENTION_COMMON_CUH
 #define SERVELAB_ATTENTION_COMMON_CUH

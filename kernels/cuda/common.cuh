@@ -2,7 +2,7 @@
  *
  * Element types: float, __nv_bfloat16, __half; every value is widened to fp32
  * as it is loaded and narrowed with round-to-nearest-even as it is stored,
- * bit for bit the CPU's cpu_to_f32 / cpu_from_f32 on finite values (a NaN
+ * bit for bit the CPU's dtype_to_f32 / dtype_from_f32 on finite values (a NaN
  * stays a NaN, its payload may differ). Accesses come in two widths: one
  * element, or 16 bytes (Pack<T>::N elements) from a 16-byte aligned address,
  * picked at compile time by the V template argument of load_vec / store_vec

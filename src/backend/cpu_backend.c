@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cpu/ops_cpu.h"
+#include "ops_cpu.h"
 #include "servelab/core.h"
 #include "servelab/ops.h"
 

@@ -17,32 +17,6 @@
 /* Integers must be exact in a double and fit the int32 math of the kernels. */
 #define CONFIG_INT_MAX 2147483647.0
 
-static const struct {
-    const char *st, *torch;
-    size_t size;
-} dtype_info[DTYPE_COUNT] = {
-    [DTYPE_F32] = {"F32", "float32", 4},  [DTYPE_F16] = {"F16", "float16", 2},
-    [DTYPE_BF16] = {"BF16", "bfloat16", 2}, [DTYPE_I32] = {"I32", "int32", 4},
-    [DTYPE_I8] = {"I8", "int8", 1},       [DTYPE_U8] = {"U8", "uint8", 1},
-    [DTYPE_I64] = {"I64", "int64", 8},    [DTYPE_F64] = {"F64", "float64", 8},
-    [DTYPE_BOOL] = {"BOOL", "bool", 1},
-};
-
-size_t dtype_size(sl_dtype_t dt) {
-    SL_ASSERT(dt >= 0 && dt < DTYPE_COUNT);
-    return dtype_info[dt].size;
-}
-
-const char *dtype_name(sl_dtype_t dt) {
-    SL_ASSERT(dt >= 0 && dt < DTYPE_COUNT);
-    return dtype_info[dt].st;
-}
-
-const char *dtype_torch_name(sl_dtype_t dt) {
-    SL_ASSERT(dt >= 0 && dt < DTYPE_COUNT);
-    return dtype_info[dt].torch;
-}
-
 /* ---- JSON helpers ------------------------------------------------------- */
 
 static const char *json_type_name(const cJSON *v) {

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../../kernels/cpu/ops_cpu.h"
+#include "servelab/dtype.h"
 #include "servelab/model.h"
 
 int load_format_parse(const char *s) {
@@ -98,7 +98,7 @@ static void fill_dummy(void *dst, sl_dtype_t dt, int64_t n, uint64_t seed, int64
             double u = (double)(splitmix64(base + (uint64_t)(c + i)) >> 11) * 0x1.0p-53;
             buf[i] = offset + a * (float)(2.0 * u - 1.0);
         }
-        cpu_from_f32((uint8_t *)dst + (size_t)c * dtype_size(dt), buf, dt, m);
+        dtype_from_f32((uint8_t *)dst + (size_t)c * dtype_size(dt), buf, dt, m);
     }
 }
 
@@ -173,9 +173,9 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
         } else {
             float *tmp = sl_malloc((size_t)cols * sizeof(float));
             for (int64_t r = 0; r < out->rows; r++) {
-                cpu_to_f32(tmp, (const uint8_t *)t->data + (size_t)(r * cols) * dtype_size(t->dtype),
+                dtype_to_f32(tmp, (const uint8_t *)t->data + (size_t)(r * cols) * dtype_size(t->dtype),
                            t->dtype, cols);
-                cpu_from_f32((uint8_t *)host + (size_t)(r * cols) * dtype_size(dt), tmp, dt, cols);
+                dtype_from_f32((uint8_t *)host + (size_t)(r * cols) * dtype_size(dt), tmp, dt, cols);
             }
             free(tmp);
         }

@@ -371,7 +371,7 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     if (!strcmp(url, "/version")) {
         if (!get) return method_not_allowed(r);
         size_t len;
-        char *body = oai_version_body("0.1.0", &len);
+        char *body = oai_version_body(SERVELAB_VERSION, &len);
         return respond_json(r, 200, body, len);
     }
     if (!strcmp(url, "/v1/models")) {

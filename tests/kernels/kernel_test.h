@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../kernels/cpu/ops_cpu.h"
+#include "ops_cpu.h"
 #include "kernels.h"
 #include "test.h"
 
@@ -46,8 +46,8 @@ static inline void kt_fill(float *x, int64_t n, float lo, float hi, sl_dtype_t d
     for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((double)(test_rng() >> 11) / 9007199254740992.0);
     if (dt != DTYPE_F32) {
         void *tmp = malloc((size_t)n * 2);
-        cpu_from_f32(tmp, x, dt, n);
-        cpu_to_f32(x, tmp, dt, n);
+        dtype_from_f32(tmp, x, dt, n);
+        dtype_to_f32(x, tmp, dt, n);
         free(tmp);
     }
 }
@@ -56,7 +56,7 @@ static inline void kt_fill(float *x, int64_t n, float lo, float hi, sl_dtype_t d
 static inline void *kt_upload(const float *x, int64_t n, sl_dtype_t dt) {
     size_t bytes = (size_t)n * kt_size(dt);
     void *tmp = malloc(bytes ? bytes : 1), *d = NULL;
-    cpu_from_f32(tmp, x, dt, n);
+    dtype_from_f32(tmp, x, dt, n);
     KT_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
     KT_CUDA(cudaMemcpy(d, tmp, bytes, cudaMemcpyHostToDevice));
     free(tmp);
@@ -76,7 +76,7 @@ static inline void kt_download(float *x, const void *d, int64_t n, sl_dtype_t dt
     void *tmp = malloc(bytes ? bytes : 1);
     KT_CUDA(cudaDeviceSynchronize());
     KT_CUDA(cudaMemcpy(tmp, d, bytes, cudaMemcpyDeviceToHost));
-    cpu_to_f32(x, tmp, dt, n);
+    dtype_to_f32(x, tmp, dt, n);
     free(tmp);
 }
 

@@ -72,15 +72,15 @@ static float *copy_vec(const float *x, int64_t n) {
 static void round_to_dt(float *x, int64_t n, sl_dtype_t dt) {
     if (dt == DTYPE_F32) return;
     void *tmp = malloc((size_t)(n > 0 ? n : 1) * 2);
-    cpu_from_f32(tmp, x, dt, n);
-    cpu_to_f32(x, tmp, dt, n);
+    dtype_from_f32(tmp, x, dt, n);
+    dtype_to_f32(x, tmp, dt, n);
     free(tmp);
 }
 
 /* x in dt's bytes, for the CPU ops that read a dt array (embed's table, norm weights). */
 static void *host_dt(const float *x, int64_t n, sl_dtype_t dt) {
     void *p = malloc((size_t)(n > 0 ? n : 1) * kt_size(dt));
-    cpu_from_f32(p, x, dt, n);
+    dtype_from_f32(p, x, dt, n);
     return p;
 }
 

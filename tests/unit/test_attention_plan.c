@@ -8,7 +8,7 @@
  * of two), the head dim 32 of models/tiny, and its rejections, in every
  * build, GPU or not.
  */
-#include "../../kernels/cuda/attention_plan.h"
+#include "attention_plan.h"
 #include "test.h"
 
 static void test_partitions_split_at_512_token_boundaries(void) {

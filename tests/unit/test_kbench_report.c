@@ -6,7 +6,7 @@
  */
 #include <cjson/cJSON.h>
 
-#include "../../kernels/bench/kbench_report.h"
+#include "kbench_report.h"
 #include "test.h"
 
 static int close_rel(double a, double b, double rel) { return fabs(a - b) <= rel * fmax(fabs(a), fabs(b)); }

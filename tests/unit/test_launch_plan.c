@@ -5,7 +5,7 @@
  * within the hardware limits, and the shapes chosen for the model sizes that
  * matter (a decode step's few rows, a prefill's many).
  */
-#include "../../kernels/cuda/launch_plan.h"
+#include "launch_plan.h"
 
 #include "test.h"
 

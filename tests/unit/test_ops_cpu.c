@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "../../kernels/cpu/ops_cpu.h"
+#include "ops_cpu.h"
 #include "servelab/core.h"
 #include "test.h"
 
@@ -23,8 +23,8 @@ static float *rand_floats(int64_t n, float scale) {
 static void *rand_weights(int64_t n, sl_dtype_t dt, float scale, float **exact) {
     float *x = rand_floats(n, scale);
     void *w = sl_malloc((size_t)n * dtype_size(dt));
-    cpu_from_f32(w, x, dt, n);
-    cpu_to_f32(x, w, dt, n);
+    dtype_from_f32(w, x, dt, n);
+    dtype_to_f32(x, w, dt, n);
     *exact = x;
     return w;
 }

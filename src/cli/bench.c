@@ -29,7 +29,7 @@
 
 #include "cli.h"
 #include "bench_cli.h"
-#include "cli_engine.h"
+#include "engine_args.h"
 #include "servelab/runner.h"
 
 static const char *bench_usage =

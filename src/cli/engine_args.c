@@ -11,7 +11,7 @@
  * CPU path is unchanged: fp32 activations, --kv-cache-memory-bytes (4 GiB).
  */
 #define _GNU_SOURCE
-#include "cli_engine.h"
+#include "engine_args.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,31 +73,6 @@ void engine_args_default(engine_args_t *a) {
     a->max_seq_len_to_capture = 8192;
 }
 
-static long long parse_human_int(const char *flag, const char *value, double max) {
-    char *end;
-    double v = strtod(value, &end);
-    double mult = 1;
-    switch (*end) {
-    case 'k': mult = 1e3; break;
-    case 'K': mult = 1024.0; break;
-    case 'm': mult = 1e6; break;
-    case 'M': mult = 1024.0 * 1024.0; break;
-    case 'g': mult = 1e9; break;
-    case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
-    case 't': mult = 1e12; break;
-    case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
-    }
-    if (mult != 1) end++;
-    double x = v * mult;
-    if (end == value || *end || !(x >= 1 && x <= max) || x != floor(x))
-        cli_usage_error("", "argument %s: invalid value '%s'", flag, value);
-    return (long long)x;
-}
-
-long long cli_parse_human_int(const char *flag, const char *value) {
-    return parse_human_int(flag, value, (double)(1 << 30));
-}
-
 int engine_args_handle(engine_args_t *a, int c, const char *v) {
     switch (c) {
     case E_DTYPE:
@@ -113,7 +88,7 @@ int engine_args_handle(engine_args_t *a, int c, const char *v) {
         a->load.load_format = (load_format_t)f;
         return 1;
     }
-    case E_MAX_LEN: a->max_model_len = cli_parse_human_int("--max-model-len", v); return 1;
+    case E_MAX_LEN: a->max_model_len = cli_parse_human_int("--max-model-len", v, 0x1p30); return 1;
     case E_BLOCK: {
         long long b = cli_parse_int("--block-size", v, 1, 128);
         if (b & (b - 1)) cli_usage_error("", "argument --block-size: invalid choice: %lld (choose from 1, 8, 16, 32, 64, 128)", b);
@@ -125,7 +100,7 @@ int engine_args_handle(engine_args_t *a, int c, const char *v) {
         return 1;
     case E_KV_BYTES:
         /* Up to 1 PiB: GPU pools are tens of GiB ("40G"). */
-        a->engine.kv_cache_memory_bytes = parse_human_int("--kv-cache-memory-bytes", v, 0x1p50);
+        a->engine.kv_cache_memory_bytes = cli_parse_human_int("--kv-cache-memory-bytes", v, 0x1p50);
         a->kv_cache_memory_bytes_set = true;
         return 1;
     case E_PREFIX: a->engine.enable_prefix_caching = true; return 1;
@@ -184,16 +159,6 @@ int engine_args_handle(engine_args_t *a, int c, const char *v) {
         return 1;
     }
     return 0;
-}
-
-struct option *cli_merge_options(const struct option *own) {
-    size_t n_own = 0, n_eng = 0;
-    while (own[n_own].name) n_own++;
-    while (engine_long_options[n_eng].name) n_eng++;
-    struct option *all = sl_calloc(n_own + n_eng + 1, sizeof *all);
-    memcpy(all, own, n_own * sizeof *all);
-    memcpy(all + n_own, engine_long_options, n_eng * sizeof *all);
-    return all;
 }
 
 /* ---- CUDA startup ------------------------------------------------------------ */

@@ -9,15 +9,12 @@
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
  * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
  */
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-
-#define SERVELAB_VERSION "0.1.0"
+#include "servelab/core.h"
 
 static const char *usage =
     "usage: servelab {serve,generate,bench,render} ...\n"
@@ -30,36 +27,6 @@ static const char *usage =
     "         [--json]\n"
     "  --version\n"
     "Run `servelab COMMAND --help` for a command's flags.\n";
-
-void cli_usage_error(const char *u, const char *fmt, ...) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%sservelab: error: %s\n", u, buf);
-    exit(2);
-}
-
-long long cli_parse_int(const char *flag, const char *value, long long min, long long max) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (errno || end == value || *end || v < min || v > max)
-        cli_usage_error("", "argument %s: invalid value '%s' (expected an integer in [%lld, %lld])",
-                        flag, value, min, max);
-    return v;
-}
-
-double cli_parse_double(const char *flag, const char *value, double min, double max) {
-    char *end;
-    errno = 0;
-    double v = strtod(value, &end);
-    if (errno || end == value || *end || !(v >= min && v <= max))
-        cli_usage_error("", "argument %s: invalid value '%s' (expected a number in [%g, %g])", flag,
-                        value, min, max);
-    return v;
-}
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

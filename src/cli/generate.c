@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cli_engine.h"
+#include "engine_args.h"
 #include "servelab/sampling_json.h"
 
 static const char *gen_usage =

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cli_engine.h"
+#include "engine_args.h"
 #include "servelab/metrics.h"
 #include "servelab/server.h"
 #include "servelab/stats_log.h"
@@ -120,7 +120,7 @@ int cli_serve(int argc, char **argv) {
         case O_LOGREQ: sc.log_requests = true; break;
         case O_NOLOGREQ: sc.log_requests = false; break;
         case O_MAXLOG: sc.max_log_len = (int32_t)cli_parse_int("--max-log-len", optarg, 0, INT32_MAX); break;
-        case O_MAXBYTES: sc.max_request_bytes = cli_parse_human_int("--max-request-bytes", optarg); break;
+        case O_MAXBYTES: sc.max_request_bytes = cli_parse_human_int("--max-request-bytes", optarg, 0x1p30); break;
         case O_MAXWAIT: sc.max_waiting_requests = (int32_t)cli_parse_int("--max-waiting-requests", optarg, 0, INT32_MAX); break;
         case O_NOSTATS: log_stats = false; break;
         case 'h': printf("%s%s", serve_usage, engine_usage); free(opts); return 0;
@@ -170,7 +170,7 @@ int cli_serve(int argc, char **argv) {
         setrlimit(RLIMIT_NOFILE, &rl);
     }
 
-    LOG_INFO("servelab API server version 0.1.0");
+    LOG_INFO("servelab API server version %s", SERVELAB_VERSION);
     LOG_INFO("args: model='%s', host=%s, port=%d", model, sc.host ? sc.host : "None", sc.port);
     sl_err_t err;
     char *tmpl_src = NULL;

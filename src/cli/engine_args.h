@@ -1,4 +1,4 @@
-/* cli_engine.h - vLLM's engine flags, shared by every subcommand that runs the engine.
+/* engine_args.h - vLLM's engine flags, shared by every subcommand that runs the engine.
  *
  *   --device auto|cpu|cuda --dtype --load-format --max-model-len --block-size
  *   --gpu-memory-utilization --num-gpu-blocks-override --kv-cache-memory-bytes
@@ -13,8 +13,8 @@
  * profiling forward, unless --kv-cache-memory-bytes or --num-gpu-blocks-override
  * says otherwise (both win, as in vLLM; src/engine/kv_sizing.c).
  */
-#ifndef SERVELAB_CLI_ENGINE_H
-#define SERVELAB_CLI_ENGINE_H
+#ifndef SERVELAB_CLI_ENGINE_ARGS_H
+#define SERVELAB_CLI_ENGINE_ARGS_H
 
 #include <getopt.h>
 
@@ -51,8 +51,6 @@ void engine_args_default(engine_args_t *a);
 /* Handles getopt code `c` if it is an engine flag: 1 if consumed, 0 if not.
  * Bad values exit 2 with argparse's style of message. */
 int engine_args_handle(engine_args_t *a, int c, const char *value);
-/* A command's options followed by the engine's (malloc'd; free it). */
-struct option *cli_merge_options(const struct option *own);
 
 /* Everything an engine needs, loaded from a.model_dir on the --device backend;
  * startup errors exit 1 with one line (a CUDA one names the call and a hint). */
@@ -64,9 +62,5 @@ typedef struct {
 } engine_bundle_t;
 void engine_bundle_load(engine_args_t *a, engine_bundle_t *b);
 void engine_bundle_free(engine_bundle_t *b);
-
-/* "2048", "1k" (1000), "1K" (1024), "25.6k", "4G" as vLLM's human_readable_int
- * (k m g t decimal, K M G T binary), at most 2^30; bad values exit 2. */
-long long cli_parse_human_int(const char *flag, const char *value);
 
 #endif

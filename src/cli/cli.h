@@ -1,0 +1,26 @@
+/* cli.h - the subcommands of the servelab binary. Each returns the process
+ * exit status: 0 on success, 1 on a runtime/startup error, 2 on bad usage. */
+#ifndef SERVELAB_CLI_H
+#define SERVELAB_CLI_H
+
+int cli_generate(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_render(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+
+/* ---- argument helpers (args.c) ----------------------------------------------- */
+
+/* Prints `usage` (may be ""), then "servelab: error: <message>", exits 2. */
+_Noreturn void cli_usage_error(const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Parses an integer option value in [min, max]; exits 2 with a message if bad. */
+long long cli_parse_int(const char *flag, const char *value, long long min, long long max);
+double cli_parse_double(const char *flag, const char *value, double min, double max);
+/* "2048", "1k" (1000), "1K" (1024), "25.6k", "4G" as vLLM's human_readable_int
+ * (k m g t decimal, K M G T binary), in [1, max]; bad values exit 2. */
+long long cli_parse_human_int(const char *flag, const char *value, double max);
+/* A command's options followed by the engine's (malloc'd; free it). */
+struct option;
+struct option *cli_merge_options(const struct option *own);
+
+#endif
