@@ -16,18 +16,51 @@
 #include <stdint.h>
 
 #include "servelab/model.h"
+#include "servelab/model_runner.h"
 #include "servelab/request.h"
 #include "servelab/sampling.h"
 #include "servelab/scheduler.h"
 #include "servelab/tokenizer.h"
 
+typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device_t;
+
+#define ENGINE_MAX_GRAPH_SIZES 128
+
+/* Everything engine_create needs, in vLLM's terms (the CLI fills it from
+ * vLLM's flags, tests write it directly); engine_config_default gives vLLM's
+ * defaults. */
 typedef struct {
+    /* The model. */
+    const char *model_dir;          /* a Hugging Face checkpoint directory */
+    model_load_opts_t load;         /* --load-format, --dtype (auto) */
+    int64_t max_model_len;          /* --max-model-len (0: the config's max_position_embeddings) */
+    /* The device. */
+    engine_device_t device;         /* --device (auto: CUDA when built with it and device 0 answers) */
+    int threads;                    /* --threads, CPU (0: OpenMP's default) */
+    double gpu_memory_utilization;  /* --gpu-memory-utilization (0.9), CUDA */
+    bool enforce_eager;             /* --enforce-eager: no CUDA graphs */
+    int32_t cuda_graph_sizes[ENGINE_MAX_GRAPH_SIZES]; /* --cuda-graph-sizes (none: vLLM's default) */
+    int n_cuda_graph_sizes;
+    int32_t max_seq_len_to_capture; /* --max-seq-len-to-capture (8192): longer contexts run eagerly */
+    bool skip_warmup;               /* --skip-warmup (lab): no warm-up forward, a cold first request */
+    const sl_ops_t *ops;            /* tests: run on this backend, whatever `device` says */
+    /* The KV cache. */
     int32_t block_size;             /* --block-size (16) */
     int32_t num_gpu_blocks_override;/* --num-gpu-blocks-override (0 = from memory) */
-    int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (CPU default 4 GiB) */
+    int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (0: CPU 4 GiB; CUDA from the utilization) */
     bool enable_prefix_caching;     /* (true) */
-    sched_config_t sched;           /* budget, max seqs, max model len, chunking, static */
+    /* The scheduler: budget, max seqs, chunking, static batching. max_model_len
+     * is the resolved --max-model-len (engine_create fills it in). */
+    sched_config_t sched;
+    bool max_num_batched_tokens_set;/* without chunked prefill, vLLM raises an unset budget to max_model_len */
+    uint64_t seed;                  /* --seed: seeds requests that bring none, in submission order */
 } engine_config_t;
+
+/* vLLM's defaults for a small GPU (max-num-seqs 256, max-num-batched-tokens
+ * 2048, block size 16, prefix caching and chunked prefill on, utilization
+ * 0.9, graphs up to max-seq-len-to-capture 8192), device auto, and the CPU's
+ * 4 GiB KV cache (vLLM's VLLM_CPU_KVCACHE_SPACE default). */
+void engine_config_default(engine_config_t *c);
 
 /* One output event of one sequence (choice). */
 typedef struct engine_output {
@@ -47,22 +80,31 @@ typedef struct engine_output {
 typedef struct engine_stream engine_stream_t;
 typedef struct engine engine_t;
 
-/* Builds an engine over a loaded model and tokenizer (both borrowed) and
- * sizes the KV pool; logs vLLM's "GPU KV cache size" and "Maximum
- * concurrency" lines. The model must have been initialised for batches of
- * max_num_batched_tokens tokens, max_num_seqs sequences and
- * ceil(max_model_len / block_size) blocks. As vLLM, a pool sized from memory
- * that cannot hold one max_model_len request is a startup error; an explicit
- * --num-gpu-blocks-override may be smaller (a lab setting): requests that can
- * never fit are then refused at submission. `seed` (--seed) seeds requests
- * that bring none, in submission order. */
-engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const tokenizer_t *tok,
-                        uint64_t seed, sl_err_t *err);
+/* The engine bootstrap: loads the checkpoint and tokenizer from
+ * cfg->model_dir onto the device (cfg->ops, else --device), sizes the KV
+ * cache, warms up, captures CUDA graphs, and builds the engine, logging
+ * vLLM's startup lines on the way ("Loading weights took", "Memory profiling
+ * takes", "GPU KV cache size", "Maximum concurrency", "Graph capturing
+ * finished", "init engine ... took"). On CUDA, as vLLM's worker: check free
+ * memory against the utilization, load the weights in the activation dtype
+ * (--dtype auto: bfloat16 for a bf16 checkpoint, else float16), profile
+ * forwards at the largest shapes the scheduler can produce, size the pool
+ * (kv_sizing.c), warm up, capture graphs. On the CPU: fp32 activations and
+ * --kv-cache-memory-bytes. As vLLM, a pool sized from memory that cannot
+ * hold one max_model_len request is an error; an explicit
+ * --num-gpu-blocks-override may be smaller (a lab setting: requests that can
+ * never fit are refused at submission). NULL with one line in err (a CUDA
+ * failure names the call and a hint) when anything fails; nothing leaks. */
+engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err);
 void engine_free(engine_t *e);
-/* Captures CUDA graphs of decode steps against the engine's KV cache (model.h,
- * llama_capture_graphs); call before engine_start. */
-int engine_capture_graphs(engine_t *e, const int32_t *sizes, int n, int32_t max_seq_len, bool lazy,
-                          sl_err_t *err);
+
+/* What the engine was built with: the resolved config (max_model_len,
+ * budget, KV bytes), the model (weights, config) and tokenizer it owns, and
+ * the runner (CUDA graph counters). Valid until engine_free. */
+const engine_config_t *engine_config(const engine_t *e);
+const llama_model_t *engine_model(const engine_t *e);
+const tokenizer_t *engine_tokenizer(const engine_t *e);
+const model_runner_t *engine_runner(const engine_t *e);
 
 /* Starts / stops the engine thread. Without a thread, drive it with engine_step. */
 void engine_start(engine_t *e);

@@ -30,7 +30,7 @@
 #include "cli.h"
 #include "bench_cli.h"
 #include "engine_args.h"
-#include "servelab/runner.h"
+#include "servelab/model_runner.h"
 
 static const char *bench_usage =
     "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N] [engine flags]\n"
@@ -50,7 +50,7 @@ static const struct option bench_options[] = {
 };
 
 typedef struct {
-    engine_args_t ea;
+    engine_config_t ea;
     char threads[128];
     char running[128];
     long long input_len, output_len, num_prompts, prefix_len, steps;
@@ -152,7 +152,7 @@ static int32_t *random_prompt(int64_t n, int64_t V, uint64_t *state) {
 }
 
 static int bench_decode(bench_args_t *a) {
-    a->ea.engine.sched.max_num_seqs = 1;
+    a->ea.sched.max_num_seqs = 1;
     a->ea.max_model_len = a->input_len + a->output_len + 1;
     a->ea.load.progress = false;
     printf("%-8s %-12s %-14s %-16s %-10s\n", "threads", "decode tok/s", "weights GB/s",
@@ -160,13 +160,12 @@ static int bench_decode(bench_args_t *a) {
     char *save = NULL;
     for (char *t = strtok_r(a->threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         a->ea.threads = (int)cli_parse_int("--threads", t, 1, 4096);
-        engine_bundle_t eb; /* one per thread count: the engine thread takes it at start */
-        engine_bundle_load(&a->ea, &eb);
-        engine_start(eb.engine);
-        const model_config_t *cfg = &eb.model.cfg;
+        engine_t *engine = cli_engine_create(&a->ea);
+        engine_start(engine);
+        const model_config_t *cfg = &engine_model(engine)->cfg;
         double embed_bytes = cfg->tie_word_embeddings ? 0.0
-                             : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(eb.model.w.embed.dtype);
-        double step_bytes = (double)eb.model.w.n_bytes - embed_bytes;
+                             : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(engine_model(engine)->w.embed.dtype);
+        double step_bytes = (double)engine_model(engine)->w.n_bytes - embed_bytes;
         uint64_t rs = 1;
         int32_t *prompt = random_prompt(a->input_len, cfg->vocab_size, &rs);
         double bw = measure_read_bandwidth((size_t)1 << 30, a->ea.threads);
@@ -176,7 +175,7 @@ static int bench_decode(bench_args_t *a) {
         p.ignore_eos = true;
         p.max_tokens = (int32_t)a->output_len;
         sl_err_t err;
-        engine_stream_t *st = engine_submit(eb.engine, prompt, (int32_t)a->input_len, &p, &err);
+        engine_stream_t *st = engine_submit(engine, prompt, (int32_t)a->input_len, &p, &err);
         if (!st) sl_die("%s", err.msg);
         double t_first = 0, t_last = 0;
         int32_t n = 0;
@@ -185,18 +184,18 @@ static int bench_decode(bench_args_t *a) {
             t_last = sl_now_s();
             if (n++ == 0) t_first = t_last;
         }
-        engine_stream_release(eb.engine, st);
+        engine_stream_release(engine, st);
         double tok_s = (double)(n - 1) / (t_last - t_first); /* the first token comes from the prefill */
         double gbs = tok_s * step_bytes / 1e9;
         if (t == a->threads)
             fprintf(stderr, "model: %s (%lld parameters, %.1f MB of weights read per decode step)\n",
-                    a->ea.model_dir, (long long)eb.model.w.n_params, step_bytes / 1e6);
+                    a->ea.model_dir, (long long)engine_model(engine)->w.n_params, step_bytes / 1e6);
         printf("%-8d %-12.1f %-14.2f %-16.2f %-10.2f\n", a->ea.threads, tok_s, gbs, bw, gbs / bw);
         fflush(stdout);
         sampling_params_free(&p);
         free(prompt);
-        engine_stop(eb.engine);
-        engine_bundle_free(&eb);
+        engine_stop(engine);
+        engine_free(engine);
     }
     return 0;
 }
@@ -209,10 +208,9 @@ typedef struct {
     engine_stats_t stats;
 } tp_result_t;
 
-static tp_result_t run_throughput(engine_args_t ea, int32_t **prompts, const int32_t *in_lens,
+static tp_result_t run_throughput(engine_config_t ea, int32_t **prompts, const int32_t *in_lens,
                                   const int32_t *out_lens, int64_t n) {
-    engine_bundle_t eb;
-    engine_bundle_load(&ea, &eb);
+    engine_t *engine = cli_engine_create(&ea);
     engine_stream_t **st = sl_malloc((size_t)n * sizeof *st);
     tp_result_t r = {0};
     sl_err_t err;
@@ -223,19 +221,19 @@ static tp_result_t run_throughput(engine_args_t ea, int32_t **prompts, const int
         p.ignore_eos = true;
         p.temperature = 1.0f;
         p.max_tokens = out_lens[i];
-        if (!(st[i] = engine_submit(eb.engine, prompts[i], in_lens[i], &p, &err))) sl_die("%s", err.msg);
+        if (!(st[i] = engine_submit(engine, prompts[i], in_lens[i], &p, &err))) sl_die("%s", err.msg);
         sampling_params_free(&p);
         r.prompt_tokens += in_lens[i];
     }
-    while (engine_step(eb.engine)) {}
+    while (engine_step(engine)) {}
     r.seconds = sl_now_s() - t0;
     for (int64_t i = 0; i < n; i++) {
         for (engine_output_t *o; (o = engine_stream_next(st[i])); engine_output_free(o)) r.output_tokens += o->n_new;
-        engine_stream_release(eb.engine, st[i]);
+        engine_stream_release(engine, st[i]);
     }
-    engine_get_stats(eb.engine, &r.stats);
+    engine_get_stats(engine, &r.stats);
     free(st);
-    engine_bundle_free(&eb);
+    engine_free(engine);
     return r;
 }
 
@@ -286,16 +284,16 @@ static int bench_throughput(bench_args_t *a) {
 
     if (!a->compare) {
         tp_result_t r = run_throughput(a->ea, prompts, in_lens, out_lens, n);
-        print_throughput(a->ea.engine.sched.static_batching ? "static batching" : "continuous batching", &r, n);
+        print_throughput(a->ea.sched.static_batching ? "static batching" : "continuous batching", &r, n);
     } else {
-        engine_args_t x = a->ea, y = a->ea;
+        engine_config_t x = a->ea, y = a->ea;
         const char *lx, *ly;
         if (!strcmp(a->compare, "batching")) {
-            x.engine.sched.static_batching = false, lx = "continuous batching";
-            y.engine.sched.static_batching = true, ly = "static batching";
+            x.sched.static_batching = false, lx = "continuous batching";
+            y.sched.static_batching = true, ly = "static batching";
         } else {
-            x.engine.enable_prefix_caching = true, lx = "prefix caching on";
-            y.engine.enable_prefix_caching = false, ly = "prefix caching off";
+            x.enable_prefix_caching = true, lx = "prefix caching on";
+            y.enable_prefix_caching = false, ly = "prefix caching off";
         }
         tp_result_t rx = run_throughput(x, prompts, in_lens, out_lens, n);
         print_throughput(lx, &rx, n);
@@ -366,7 +364,7 @@ int cli_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "serve")) return bench_serve_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "compare")) return bench_compare_main(argc - 1, argv + 1);
     bench_args_t a = {.input_len = 0, .output_len = 0, .num_prompts = 64, .steps = 200};
-    engine_args_default(&a.ea);
+    engine_config_default(&a.ea);
     snprintf(a.threads, sizeof a.threads, "1,2");
     snprintf(a.running, sizeof a.running, "256,1024");
     const char *what = argv[1];

@@ -173,8 +173,8 @@ int cli_generate(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     struct option *opts = cli_merge_options(own);
-    engine_args_t ea;
-    engine_args_default(&ea);
+    engine_config_t ea;
+    engine_config_default(&ea);
     const char **prompts = NULL, *prompts_file = NULL;
     int n_prompts = 0;
     int32_t max_tokens = 16;
@@ -225,16 +225,15 @@ int cli_generate(int argc, char **argv) {
     }
     free(prompts);
 
-    engine_bundle_t eb;
-    engine_bundle_load(&ea, &eb);
-    engine_start(eb.engine);
+    engine_t *engine = cli_engine_create(&ea);
+    engine_start(engine);
     int status = 0;
     sl_err_t err;
     for (int i = 0; i < n_jobs; i++) {
         job_t *job = &jobs[i];
         if (job->params.logprobs < 0) job->params.logprobs = 0; /* always report the chosen logprob */
-        job->n_ids = tok_encode(eb.tok, job->prompt, strlen(job->prompt), true, &job->ids, &err);
-        if (job->n_ids < 0 || !(job->stream = engine_submit(eb.engine, job->ids, job->n_ids, &job->params, &err))) {
+        job->n_ids = tok_encode(engine_tokenizer(engine), job->prompt, strlen(job->prompt), true, &job->ids, &err);
+        if (job->n_ids < 0 || !(job->stream = engine_submit(engine, job->ids, job->n_ids, &job->params, &err))) {
             fprintf(stderr, "servelab: error: prompt %d: %s\n", i, err.msg);
             status = 1;
         }
@@ -271,14 +270,14 @@ int cli_generate(int argc, char **argv) {
                 free(ch[k].tokens), free(ch[k].logprobs), free(ch[k].top), free(ch[k].text);
             }
             free(ch);
-            engine_stream_release(eb.engine, job->stream);
+            engine_stream_release(engine, job->stream);
         }
         free(job->prompt);
         free(job->ids);
         sampling_params_free(&job->params);
     }
     free(jobs);
-    engine_stop(eb.engine);
-    engine_bundle_free(&eb);
+    engine_stop(engine);
+    engine_free(engine);
     return status;
 }

@@ -89,8 +89,8 @@ int cli_serve(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     struct option *opts = cli_merge_options(own);
-    engine_args_t ea;
-    engine_args_default(&ea);
+    engine_config_t ea;
+    engine_config_default(&ea);
     server_config_t sc;
     server_config_default(&sc);
     const char *model = NULL, *chat_template = NULL, *gencfg = "auto";
@@ -193,21 +193,20 @@ int cli_serve(int argc, char **argv) {
             sl_die("VLLM_LOG_STATS_INTERVAL=%s: expected a number of seconds > 0", interval_env);
     }
 
-    engine_bundle_t eb;
-    engine_bundle_load(&ea, &eb);
-    sc.max_model_len = ea.engine.sched.max_model_len;
+    engine_t *engine = cli_engine_create(&ea);
+    sc.max_model_len = engine_config(engine)->sched.max_model_len;
     /* As vLLM: process_* first, then the engine's vllm:* (absent with
      * --disable-log-stats, which turns off every stat logger), then http_*. */
     metrics_t *metrics = metrics_new();
     metrics_add_process_collector(metrics);
     stats_logger_t *stats_logger = NULL;
     if (log_stats) {
-        engine_enable_metrics(eb.engine, metrics, names[0]);
-        stats_logger = stats_logger_new(eb.engine, stats_interval);
+        engine_enable_metrics(engine, metrics, names[0]);
+        stats_logger = stats_logger_new(engine, stats_interval);
     }
     sc.metrics = metrics;
-    engine_start(eb.engine);
-    server_t *srv = server_start(&sc, eb.engine, eb.tok, tmpl, special, &err);
+    engine_start(engine);
+    server_t *srv = server_start(&sc, engine, engine_tokenizer(engine), tmpl, special, &err);
     if (!srv) sl_die("%s", err.msg);
     if (stats_logger) stats_logger_start(stats_logger);
 
@@ -216,8 +215,8 @@ int cli_serve(int argc, char **argv) {
     LOG_INFO("Received %s, shutting down (grace period 10 s)", sig == SIGINT ? "SIGINT" : "SIGTERM");
     stats_logger_free(stats_logger);
     server_stop(srv, 10.0);
-    engine_stop(eb.engine);
-    engine_bundle_free(&eb);
+    engine_stop(engine);
+    engine_free(engine);
     metrics_free(metrics);
     chat_template_free(tmpl);
     cJSON_Delete(special);

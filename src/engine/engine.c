@@ -1,4 +1,4 @@
-/* engine.c - engine lifecycle, KV sizing, the submission queue, streams and the thread.
+/* engine.c - engine lifecycle, the KV pool's size, the submission queue, streams and the thread.
  *
  * Only the engine thread (or the caller of engine_step) touches requests,
  * the scheduler and the pool. Clients touch their stream (its own mutex) and
@@ -6,7 +6,6 @@
  * freed when both sides have let go of it (a reference count of two).
  */
 #define _POSIX_C_SOURCE 200809L
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +43,7 @@ static const char *with_commas(int64_t n, char *buf, size_t cap) {
     return buf;
 }
 
-engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const tokenizer_t *tok,
-                        uint64_t seed, sl_err_t *err) {
+engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, tokenizer_t *tok, sl_err_t *err) {
     const sched_config_t *sc = &cfg->sched;
     int32_t B = cfg->block_size;
     if (sc->max_num_batched_tokens < sc->max_num_seqs) {
@@ -61,8 +59,7 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
         return NULL;
     }
     int32_t max_blocks = (sc->max_model_len + B - 1) / B;
-    SL_ASSERT(model->max_tokens >= sc->max_num_batched_tokens && model->max_seqs >= sc->max_num_seqs &&
-              model->max_blocks >= max_blocks);
+    SL_ASSERT(model->max_tokens >= sc->max_num_batched_tokens && model->max_seqs >= sc->max_num_seqs);
 
     size_t block_bytes = kv_cache_block_bytes(&model->cfg, B, model->ops->act_dtype);
     int64_t n_blocks = cfg->num_gpu_blocks_override > 0 ? cfg->num_gpu_blocks_override
@@ -86,25 +83,20 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
     }
 
     engine_t *e = sl_calloc(1, sizeof *e);
-    e->cfg = *cfg;
-    e->model = model;
-    e->tok = tok;
-    e->seed = seed;
-    e->max_request_tokens = pool_tokens;
-    if (kv_cache_init(&e->kv, model, n_blocks, B, err)) {
+    if (runner_init(&e->runner, model, max_blocks, err) || runner_alloc_kv(&e->runner, n_blocks, B, err)) {
+        runner_free(&e->runner);
         free(e);
         return NULL;
     }
+    e->cfg = *cfg;
+    e->model = *model;
+    e->runner.model = &e->model; /* the engine owns the model from here on */
+    e->tok = tok;
+    e->max_request_tokens = pool_tokens;
     kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching);
     sched_init(&e->sched, sc, &e->pool);
-    batch_init(&e->batch, sc->max_num_batched_tokens, sc->max_num_seqs, max_blocks);
-    e->logits = sl_malloc((size_t)sc->max_num_seqs * (size_t)model->cfg.vocab_size * sizeof(float));
-    e->n_scratch = omp_get_max_threads();
-    e->scratch = sl_calloc((size_t)e->n_scratch, sizeof *e->scratch);
-    for (int i = 0; i < e->n_scratch; i++) sampler_scratch_init(&e->scratch[i], model->cfg.vocab_size);
     e->sampled = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->sampled);
     e->results = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->results);
-    e->rows = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->rows);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->stats.n_blocks = (int32_t)n_blocks;
@@ -157,11 +149,6 @@ void engine_stream_unref(engine_stream_t *st) {
     free(st);
 }
 
-int engine_capture_graphs(engine_t *e, const int32_t *sizes, int n, int32_t max_seq_len, bool lazy,
-                          sl_err_t *err) {
-    return llama_capture_graphs(e->model, &e->kv, sizes, n, max_seq_len, lazy, err);
-}
-
 void engine_free(engine_t *e) {
     if (!e) return;
     engine_stop(e);
@@ -175,19 +162,13 @@ void engine_free(engine_t *e) {
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
     free(e->aborts);
-    for (int i = 0; i < e->n_scratch; i++) sampler_scratch_free(&e->scratch[i]);
-    free(e->scratch);
     free(e->sampled);
     free(e->results);
-    free(e->rows);
-    free(e->row_ids);
-    free(e->row_bias);
-    free(e->logits);
-    batch_free(&e->batch);
     sched_free(&e->sched);
     kv_pool_free(&e->pool);
-    if (e->model->graph_kv == &e->kv) llama_free_graphs(e->model); /* they read and write this cache */
-    kv_cache_free(&e->kv, e->model);
+    runner_free(&e->runner);
+    llama_free(&e->model);
+    tok_free(e->tok);
     em_free(e->metrics);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -205,7 +186,7 @@ static bool has_work_locked(engine_t *e) {
 
 static void *engine_main(void *arg) {
     engine_t *e = arg;
-    if (e->model->ops->thread_init) e->model->ops->thread_init(e->model->ops->ctx);
+    if (e->model.ops->thread_init) e->model.ops->thread_init(e->model.ops->ctx);
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !has_work_locked(e)) pthread_cond_wait(&e->cv, &e->mu);
@@ -249,7 +230,7 @@ engine_stream_t *engine_submit(engine_t *e, const int32_t *prompt, int32_t n_pro
 engine_stream_t *engine_submit_ex(engine_t *e, const int32_t *prompt, int32_t n_prompt,
                                   const sampling_params_t *params, const engine_request_info_t *info,
                                   sl_err_t *err) {
-    const model_config_t *mc = &e->model->cfg;
+    const model_config_t *mc = &e->model.cfg;
     int32_t L = e->cfg.sched.max_model_len;
     if (n_prompt <= 0) {
         sl_fail(err, "The prompt cannot be empty.");
@@ -287,7 +268,7 @@ engine_stream_t *engine_submit_ex(engine_t *e, const int32_t *prompt, int32_t n_
     double arrival = info && info->t_arrival > 0 && info->t_arrival <= now ? info->t_arrival : now;
     pthread_mutex_lock(&e->mu);
     uint64_t n_submitted = e->n_submitted++;
-    uint64_t base_seed = mix_seed(e->seed, n_submitted);
+    uint64_t base_seed = mix_seed(e->cfg.seed, n_submitted);
     char *request_id;
     if (info && info->request_id) {
         request_id = sl_strdup(info->request_id);
@@ -415,3 +396,8 @@ void engine_get_stats(engine_t *e, engine_stats_t *out) {
     out->n_waiting = e->stats_sched_waiting + e->n_incoming;
     pthread_mutex_unlock(&e->mu);
 }
+
+const engine_config_t *engine_config(const engine_t *e) { return &e->cfg; }
+const llama_model_t *engine_model(const engine_t *e) { return &e->model; }
+const tokenizer_t *engine_tokenizer(const engine_t *e) { return e->tok; }
+const model_runner_t *engine_runner(const engine_t *e) { return &e->runner; }

@@ -52,25 +52,16 @@ void em_parent_finished(engine_metrics_t *em, const struct engine_stream *st);
 void em_flush(engine_metrics_t *em, const em_step_t *s);
 
 struct engine {
-    engine_config_t cfg;
-    llama_model_t *model;
-    const tokenizer_t *tok;
-    kv_cache_t kv;
-    kv_pool_t pool;
+    engine_config_t cfg;            /* resolved (engine_boot.c) */
+    llama_model_t model;
+    tokenizer_t *tok;
+    model_runner_t runner;          /* batch, KV cache, forward, sampling */
+    kv_pool_t pool;                 /* which KV blocks hold what */
     scheduler_t sched;
-    sl_batch_t batch;
-    float *logits;                  /* (max_num_seqs, V) */
-    sampler_scratch_t *scratch;     /* (n_scratch) one per OpenMP thread */
-    int n_scratch;
     request_t **sampled;            /* (max_num_seqs) sequences sampled this step */
     sample_result_t *results;       /* (max_num_seqs) */
-    /* Device sampling (ops->sample): the step's rows and their flat ids/bias. */
-    sampling_row_t *rows;           /* (max_num_seqs) */
-    int32_t *row_ids;               /* (row_cap) */
-    float *row_bias;                /* (row_cap) */
-    int64_t row_cap;
     int64_t max_request_tokens;     /* tokens one request may hold in the pool */
-    uint64_t seed, n_submitted;
+    uint64_t n_submitted;
 
     /* Submission side, guarded by mu. */
     pthread_mutex_t mu;
@@ -91,6 +82,11 @@ struct engine {
     hit_window_t hit_window;
     int64_t seen_preemptions, seen_queries, seen_hits, seen_lookups;
 };
+
+/* engine.c: builds the engine around a model and tokenizer that engine_boot.c
+ * loaded (and the engine then owns), sizes and allocates the KV cache. On
+ * failure frees nothing of what it was given. */
+engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, tokenizer_t *tok, sl_err_t *err);
 
 /* step.c */
 void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now);

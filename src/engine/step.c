@@ -7,17 +7,14 @@
  * include_stop_str_in_output; then stop strings, which are only looked for
  * once more than min_tokens tokens exist and win over LENGTH on the same
  * step. A request whose prompt is complete after this step gets one row of
- * logits; a partial prefill chunk gets none. A device backend with a
- * sampler (ops->sample) keeps the logits on the device: the step resolves
- * each row on the host (the request's draw comes from its own generator, as
- * on the CPU) and only the results come back.
+ * logits and a token; a partial prefill chunk gets none. The forward and the
+ * sampling are the model runner's (model_runner.c); this file is what the
+ * engine does with the tokens.
  */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
-#include "servelab/runner.h"
 
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
     pthread_mutex_lock(&st->mu);
@@ -113,7 +110,7 @@ static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
 
 /* Appends the sampled token to r, runs the stop checks and posts the event. */
 static void update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now) {
-    const model_config_t *mc = &e->model->cfg;
+    const model_config_t *mc = &e->model.cfg;
     const sampling_params_t *p = &r->params;
     request_append(r, res->token);
     int32_t n_out = request_n_output(r);
@@ -241,50 +238,6 @@ static void fail_all(engine_t *e, double now) {
     publish_stats(e, 0, 0, 0);
 }
 
-/* Sampling depends only on the sequence's own logits, history and
- * generator, so the rows run in parallel; the updates that touch engine
- * state stay serial, in batch order (engine_step). */
-static void sample_on_host(engine_t *e, int32_t n_rows) {
-    int64_t V = e->model->cfg.vocab_size;
-#pragma omp parallel for schedule(dynamic, 4) if (n_rows > 1 && (int64_t)n_rows * V >= ((int64_t)1 << 15))
-    for (int32_t i = 0; i < n_rows; i++) {
-        request_t *r = e->sampled[i];
-        sampler_run(&r->params, e->logits + (size_t)i * (size_t)V, V, r->tokens, r->n_prompt,
-                    r->tokens + r->n_prompt, request_n_output(r), e->model->cfg.eos_token_ids,
-                    e->model->cfg.n_eos_token_ids, &r->rng, &e->scratch[omp_get_thread_num()],
-                    &e->results[i]);
-    }
-}
-
-/* The same choices on the device: rows resolved here, each draw taken from
- * the request's generator exactly when sampler_run would take it. */
-static void sample_on_device(engine_t *e, int32_t n_rows) {
-    const model_config_t *c = &e->model->cfg;
-    int64_t need = 0;
-    for (int32_t i = 0; i < n_rows; i++) {
-        const request_t *r = e->sampled[i];
-        need += sampling_row_n_ids(&r->params, r->n_prompt, request_n_output(r), c->n_eos_token_ids);
-    }
-    if (need > e->row_cap) {
-        e->row_cap = need > 2 * e->row_cap ? need : 2 * e->row_cap;
-        free(e->row_ids);
-        free(e->row_bias);
-        e->row_ids = sl_malloc((size_t)e->row_cap * sizeof *e->row_ids);
-        e->row_bias = sl_malloc((size_t)e->row_cap * sizeof *e->row_bias);
-    }
-    int64_t off = 0;
-    for (int32_t i = 0; i < n_rows; i++) {
-        request_t *r = e->sampled[i];
-        double u = sampling_draws(&r->params) ? rng_uniform(&r->rng) : 0.0;
-        off = sampling_row_resolve(&e->rows[i], &r->params, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
-                                   request_n_output(r), c->eos_token_ids, c->n_eos_token_ids, u, e->row_ids,
-                                   e->row_bias, off);
-    }
-    const sl_ops_t *ops = e->model->ops;
-    ops->sample(ops->ctx, e->model->d_logits, n_rows, c->vocab_size, e->rows, e->row_ids, e->row_bias, off,
-                e->results);
-}
-
 bool engine_step(engine_t *e) {
     double now = sl_now_s();
     take_submissions(e, now);
@@ -306,29 +259,21 @@ bool engine_step(engine_t *e) {
         publish_stats(e, 0, 0, 0);
         return true;
     }
-    runner_prepare(&e->batch, so, e->cfg.block_size);
-    const sl_ops_t *ops = e->model->ops;
-    bool on_device = ops->sample && e->model->d_logits;
-    llama_forward(e->model, &e->batch, &e->kv, on_device ? NULL : e->logits);
-
-    /* Sample every sequence whose known tokens are all computed now (a
-     * partial prefill chunk gets no token). */
+    /* Sample every sequence whose known tokens are all computed after this
+     * step (a partial prefill chunk gets no token). */
     int32_t n_rows = 0;
     for (int32_t s = 0; s < so->n; s++) {
         request_t *r = so->reqs[s];
         if (r->n_computed + so->n_new[s] == r->n_tokens) e->sampled[n_rows++] = r;
     }
-    SL_ASSERT(n_rows == e->batch.n_logits);
-    if (on_device && n_rows > 0) sample_on_device(e, n_rows);
-    double done = sl_now_s();
     char fail_msg[SL_ERR_LEN];
-    int failed = ops->last_error ? ops->last_error(ops->ctx, fail_msg, sizeof fail_msg) : 0;
+    int failed = runner_execute(&e->runner, so, e->sampled, n_rows, e->results, fail_msg, sizeof fail_msg);
+    double done = sl_now_s();
     if (failed) {
         fail_step(e, so, fail_msg, failed == 2, done);
         return true;
     }
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];
-    if (!on_device) sample_on_host(e, n_rows);
 
     int64_t n_gen = 0, n_prompt_done = 0;
     for (int32_t i = 0; i < n_rows; i++) {

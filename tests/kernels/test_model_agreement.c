@@ -13,6 +13,7 @@
  */
 #include "kernel_test.h"
 #include "servelab/model.h"
+#include "servelab/model_runner.h"
 #include "servelab/sampler.h"
 
 #define MODEL_DIR "models/tiny"
@@ -27,9 +28,10 @@ typedef struct {
     int32_t computed;            /* tokens in the KV cache */
 } seq_t;
 
-static void load(llama_model_t *m, kv_cache_t *kv, const sl_ops_t *ops, const model_load_opts_t *lo) {
+static void load(llama_model_t *m, model_runner_t *r, kv_cache_t *kv, const sl_ops_t *ops,
+                 const model_load_opts_t *lo) {
     sl_err_t err;
-    if (llama_init(m, MODEL_DIR, lo, ops, 512, N_SEQS, MAX_BLOCKS, &err) ||
+    if (llama_init(m, MODEL_DIR, lo, ops, 512, N_SEQS, &err) || runner_init(r, m, MAX_BLOCKS, &err) ||
         kv_cache_init(kv, m, 1 + N_SEQS * MAX_BLOCKS, B, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
@@ -75,13 +77,14 @@ static void test_cuda_greedy_agrees_with_cpu_teacher_forced(void) {
         exit(1);
     }
     llama_model_t mc, mg;
+    model_runner_t rc_, rg_;
     kv_cache_t kvc, kvg;
     model_load_opts_t lo_cpu = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
     model_load_opts_t lo_gpu = {.load_format = LOAD_FORMAT_AUTO, .dtype = dt};
-    load(&mc, &kvc, cpu_backend_init(0), &lo_cpu);
-    load(&mg, &kvg, gpu, &lo_gpu);
+    load(&mc, &rc_, &kvc, cpu_backend_init(0), &lo_cpu);
+    load(&mg, &rg_, &kvg, gpu, &lo_gpu);
     int32_t sizes[] = {1, 2, 4, 8};
-    CHECK(llama_capture_graphs(&mg, &kvg, sizes, 4, MAX_LEN, false, &err) == 0);
+    CHECK(runner_capture_graphs(&rg_, &kvg, sizes, 4, MAX_LEN, false, &err) == 0);
 
     int64_t V = mc.cfg.vocab_size;
     seq_t seqs[N_SEQS];
@@ -100,8 +103,8 @@ static void test_cuda_greedy_agrees_with_cpu_teacher_forced(void) {
     double worst = 0.0;
     int32_t S;
     while ((S = make_step(&b, seqs, in_batch)) > 0) {
-        llama_forward(&mc, &b, &kvc, lc);
-        llama_forward(&mg, &b, &kvg, lg);
+        runner_forward(&rc_, &b, &kvc, lc);
+        runner_forward(&rg_, &b, &kvg, lg);
         char msg[SL_ERR_LEN];
         if (gpu->last_error(gpu->ctx, msg, sizeof msg)) {
             fprintf(stderr, "CUDA forward failed: %s\n", msg);
@@ -121,9 +124,9 @@ static void test_cuda_greedy_agrees_with_cpu_teacher_forced(void) {
     printf("%s: %lld of %lld greedy steps agree (%.2f%%), max |logit diff| %.3g, %lld decode steps from CUDA "
            "graphs, %lld eager\n",
            kt_name(dt), (long long)agree, (long long)steps, 100.0 * (double)agree / (double)steps, worst,
-           (long long)mg.n_graph_steps, (long long)mg.n_eager_steps);
+           (long long)rg_.n_graph_steps, (long long)rg_.n_eager_steps);
     CHECK(steps > 300);
-    CHECK(mg.n_graph_steps > 0);
+    CHECK(rg_.n_graph_steps > 0);
     if (dt == DTYPE_F32) {
         CHECK_EQ_INT(agree, steps);
         CHECK(worst <= 1e-3);
@@ -135,6 +138,8 @@ static void test_cuda_greedy_agrees_with_cpu_teacher_forced(void) {
     batch_free(&b);
     kv_cache_free(&kvc, &mc);
     kv_cache_free(&kvg, &mg);
+    runner_free(&rc_);
+    runner_free(&rg_);
     llama_free(&mc);
     llama_free(&mg);
 }

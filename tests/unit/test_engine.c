@@ -41,57 +41,45 @@ typedef struct {
 } run_cfg_t;
 
 typedef struct {
-    llama_model_t model;
     engine_t *e;
 } rig_t;
 
 static bool on_cuda;
 
-static const sl_ops_t *test_backend(void) {
-    const char *dev = getenv("SERVELAB_TEST_DEVICE");
-    on_cuda = dev && !strcmp(dev, "cuda");
-    if (!on_cuda) return cpu_backend_init(0);
-#ifdef SERVELAB_HAVE_CUDA
-    sl_err_t err;
-    cuda_backend_opts_t o = {.device = 0, .act_dtype = DTYPE_F32};
-    const sl_ops_t *ops = cuda_backend_init(&o, &err);
-    if (!ops) sl_die("%s", err.msg);
-    return ops;
-#else
-    sl_die("SERVELAB_TEST_DEVICE=cuda: this build has no CUDA backend");
-#endif
-}
-
+/* SERVELAB_TEST_DEVICE=cuda runs every test on the CUDA backend in float32,
+ * with CUDA graphs unless SERVELAB_TEST_EAGER=1: the same engine_create as
+ * `servelab serve --device cuda --dtype float32`. */
 static void rig_init(rig_t *g, const run_cfg_t *rc) {
-    engine_config_t c = {.block_size = 16, .kv_cache_memory_bytes = 64 << 20,
-                         .enable_prefix_caching = !rc->no_prefix,
-                         .num_gpu_blocks_override = rc->num_blocks};
+    const char *dev = getenv("SERVELAB_TEST_DEVICE"), *eager = getenv("SERVELAB_TEST_EAGER");
+    on_cuda = dev && !strcmp(dev, "cuda");
+    engine_config_t c;
+    engine_config_default(&c);
+    c.model_dir = MODEL_DIR;
+    c.load.progress = false;
+    c.device = on_cuda ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+    c.threads = 0;
+    c.max_model_len = 512;
+    c.kv_cache_memory_bytes = 64 << 20;
+    c.enable_prefix_caching = !rc->no_prefix;
+    c.num_gpu_blocks_override = rc->num_blocks;
     int32_t budget = rc->budget ? rc->budget : 2048;
     c.sched = (sched_config_t){.max_num_batched_tokens = budget,
                                .max_num_seqs = rc->max_seqs ? rc->max_seqs : (budget < 256 ? budget : 256),
-                               .max_model_len = 512, .enable_chunked_prefill = !rc->no_chunked,
-                               .static_batching = rc->static_batching};
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    const sl_ops_t *ops = test_backend();
-    if (on_cuda) lo = (model_load_opts_t){.load_format = LOAD_FORMAT_AUTO, .dtype = DTYPE_F32};
+                               .enable_chunked_prefill = !rc->no_chunked, .static_batching = rc->static_batching};
+    c.max_num_batched_tokens_set = true;
+    if (on_cuda) {
+        c.load.dtype_auto = false;
+        c.load.dtype = DTYPE_F32;
+        c.enforce_eager = eager && !strcmp(eager, "1");
+        c.max_seq_len_to_capture = 512;
+    }
     sl_err_t err;
-    SL_ASSERT(llama_init(&g->model, MODEL_DIR, &lo, ops, c.sched.max_num_batched_tokens,
-                         c.sched.max_num_seqs, 512 / 16, &err) == 0);
-    g->e = engine_create(&c, &g->model, tok, 0, &err);
+    g->e = engine_create(&c, &err);
     if (!g->e) fprintf(stderr, "engine_create: %s\n", err.msg);
     SL_ASSERT(g->e);
-    const char *eager = getenv("SERVELAB_TEST_EAGER");
-    if (on_cuda && !(eager && !strcmp(eager, "1"))) {
-        int32_t sizes[80];
-        int n = llama_graph_sizes(512, c.sched.max_num_seqs, c.sched.max_num_batched_tokens, sizes, 80);
-        if (engine_capture_graphs(g->e, sizes, n, 512, false, &err)) sl_die("%s", err.msg);
-    }
 }
 
-static void rig_free(rig_t *g) {
-    engine_free(g->e);
-    llama_free(&g->model);
-}
+static void rig_free(rig_t *g) { engine_free(g->e); }
 
 static void drain(engine_stream_t *st, result_t *r) {
     for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {

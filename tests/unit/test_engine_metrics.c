@@ -21,7 +21,6 @@
 static tokenizer_t *tok;
 
 typedef struct {
-    llama_model_t model;
     engine_t *e;
     metrics_t *m;
 } rig_t;
@@ -31,10 +30,13 @@ static void rig_init(rig_t *g, int32_t num_blocks, int32_t max_seqs, bool prefix
                          .enable_prefix_caching = prefix_caching, .num_gpu_blocks_override = num_blocks};
     c.sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = max_seqs, .max_model_len = 512,
                                .enable_chunked_prefill = true};
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    c.model_dir = MODEL_DIR;
+    c.load = (model_load_opts_t){.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    c.device = ENGINE_DEVICE_CPU;
+    c.max_model_len = 512;
+    c.max_num_batched_tokens_set = true;
     sl_err_t err;
-    SL_ASSERT(llama_init(&g->model, MODEL_DIR, &lo, cpu_backend_init(0), 2048, max_seqs, 512 / 16, &err) == 0);
-    g->e = engine_create(&c, &g->model, tok, 0, &err);
+    g->e = engine_create(&c, &err);
     SL_ASSERT(g->e);
     g->m = metrics_new();
     engine_enable_metrics(g->e, g->m, "tiny");
@@ -42,7 +44,6 @@ static void rig_init(rig_t *g, int32_t num_blocks, int32_t max_seqs, bool prefix
 
 static void rig_free(rig_t *g) {
     engine_free(g->e);
-    llama_free(&g->model);
     metrics_free(g->m);
 }
 

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "servelab/model.h"
+#include "servelab/model_runner.h"
 #include "test.h"
 
 #define MODEL_DIR "models/tiny"
@@ -20,6 +21,15 @@ typedef struct {
     int32_t n;
     int32_t blocks[MAX_BLOCKS];
 } seq_t;
+
+/* One eager forward of b through m, on a model runner of its own. */
+static void forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, float *logits) {
+    model_runner_t r;
+    sl_err_t err;
+    SL_ASSERT(runner_init(&r, m, b->max_blocks, &err) == 0);
+    runner_forward(&r, b, kv, logits);
+    runner_free(&r);
+}
 
 static float max_abs_diff(const float *a, const float *b, int64_t n) {
     float m = 0.0f;
@@ -69,7 +79,7 @@ static void run_alone(const seq_t *s, int32_t chunk, float *logits) {
         int32_t n = s->n - start < chunk ? s->n - start : chunk;
         reset(&batch);
         add_chunk(&batch, s, start, n, start + n == s->n);
-        llama_forward(&model, &batch, &kv, logits);
+        forward(&model, &batch, &kv, logits);
     }
 }
 
@@ -99,12 +109,12 @@ static void test_mixed_step_matches_sequences_run_alone(void) {
     reset(&batch);
     add_chunk(&batch, &seqs[0], 0, 36, false);
     add_chunk(&batch, &seqs[1], 0, 9, false);
-    llama_forward(&model, &batch, &kv, mixed);
+    forward(&model, &batch, &kv, mixed);
     reset(&batch);
     add_chunk(&batch, &seqs[2], 0, 5, true);
     add_chunk(&batch, &seqs[0], 36, 1, true);
     add_chunk(&batch, &seqs[1], 9, 11, true);
-    llama_forward(&model, &batch, &kv, mixed);
+    forward(&model, &batch, &kv, mixed);
     int order[3] = {2, 0, 1};
     for (int r = 0; r < 3; r++) {
         float d = max_abs_diff(mixed + r * V, alone + order[r] * V, V);
@@ -119,8 +129,8 @@ static void test_dummy_weights_are_deterministic_and_not_flat(void) {
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_DUMMY, .dtype_auto = true, .seed = 7};
     llama_model_t m1, m2;
     sl_err_t err;
-    CHECK(llama_init(&m1, MODEL_DIR, &lo, model.ops, 64, 4, MAX_BLOCKS, &err) == 0);
-    CHECK(llama_init(&m2, MODEL_DIR, &lo, model.ops, 64, 4, MAX_BLOCKS, &err) == 0);
+    CHECK(llama_init(&m1, MODEL_DIR, &lo, model.ops, 64, 4, &err) == 0);
+    CHECK(llama_init(&m2, MODEL_DIR, &lo, model.ops, 64, 4, &err) == 0);
     size_t n = (size_t)(m1.w.lm_head.rows * m1.w.lm_head.cols) * dtype_size(m1.w.lm_head.dtype);
     CHECK(m1.w.lm_head.dtype == DTYPE_BF16);
     CHECK(!memcmp(m1.w.lm_head.data, m2.w.lm_head.data, n));
@@ -131,7 +141,7 @@ static void test_dummy_weights_are_deterministic_and_not_flat(void) {
     float *logits = sl_malloc(V * sizeof(float));
     reset(&batch);
     add_chunk(&batch, &seqs[0], 0, seqs[0].n, true);
-    llama_forward(&m1, &batch, &kv1, logits);
+    forward(&m1, &batch, &kv1, logits);
     double mean = 0, var = 0;
     for (int64_t i = 0; i < V; i++) mean += logits[i] / V;
     for (int64_t i = 0; i < V; i++) var += (logits[i] - mean) * (logits[i] - mean) / V;
@@ -147,14 +157,14 @@ static void test_dtype_float32_conversion_keeps_logits(void) {
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = false, .dtype = DTYPE_F32};
     llama_model_t m;
     sl_err_t err;
-    CHECK(llama_init(&m, MODEL_DIR, &lo, model.ops, 64, 4, MAX_BLOCKS, &err) == 0);
+    CHECK(llama_init(&m, MODEL_DIR, &lo, model.ops, 64, 4, &err) == 0);
     int64_t V = m.cfg.vocab_size;
     float *a = sl_malloc(V * sizeof(float)), *b = sl_malloc(V * sizeof(float));
     CHECK(m.w.layers[0].q.dtype == DTYPE_F32);
     run_alone(&seqs[1], 64, a);
     reset(&batch);
     add_chunk(&batch, &seqs[1], 0, seqs[1].n, true);
-    llama_forward(&m, &batch, &kv, b);
+    forward(&m, &batch, &kv, b);
     float d = max_abs_diff(a, b, V);
     printf("  bf16 vs float32 weights: max |logit diff| %.2e\n", d);
     CHECK(d < 1e-4f);
@@ -167,7 +177,7 @@ int main(void) {
     test_seed();
     sl_err_t err;
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    if (llama_init(&model, MODEL_DIR, &lo, cpu_backend_init(0), 64, 4, MAX_BLOCKS, &err)) {
+    if (llama_init(&model, MODEL_DIR, &lo, cpu_backend_init(0), 64, 4, &err)) {
         fprintf(stderr, "cannot load %s: %s\n", MODEL_DIR, err.msg);
         return 1;
     }

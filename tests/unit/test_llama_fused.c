@@ -9,11 +9,21 @@
  * then a decode step reading the KV written by the first.
  */
 #include "servelab/model.h"
+#include "servelab/model_runner.h"
 #include "test.h"
 
 #define MODEL_DIR "models/tiny"
 #define B 16
 #define MAX_BLOCKS 8
+
+/* One eager forward of b through m, on a model runner of its own. */
+static void forward(llama_model_t *m, const sl_batch_t *b, const kv_cache_t *kv, float *logits) {
+    model_runner_t r;
+    sl_err_t err;
+    SL_ASSERT(runner_init(&r, m, b->max_blocks, &err) == 0);
+    runner_forward(&r, b, kv, logits);
+    runner_free(&r);
+}
 
 static const sl_ops_t *cpu;
 
@@ -36,7 +46,7 @@ static void run_two_steps(const sl_ops_t *ops, float *logits, int64_t V) {
     sl_err_t err;
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
     llama_model_t m;
-    SL_ASSERT(llama_init(&m, MODEL_DIR, &lo, ops, 64, 4, MAX_BLOCKS, &err) == 0);
+    SL_ASSERT(llama_init(&m, MODEL_DIR, &lo, ops, 64, 4, &err) == 0);
     SL_ASSERT(m.cfg.vocab_size == V);
     kv_cache_t kv;
     SL_ASSERT(kv_cache_init(&kv, &m, 16, B, &err) == 0);
@@ -58,7 +68,7 @@ static void run_two_steps(const sl_ops_t *ops, float *logits, int64_t V) {
     }
     b.n_tokens = t;
     b.n_seqs = b.n_logits = 2;
-    llama_forward(&m, &b, &kv, logits);
+    forward(&m, &b, &kv, logits);
     for (int32_t s = 0; s < 2; s++) {
         int32_t i = lens[s];
         b.query_start[s] = s;
@@ -70,7 +80,7 @@ static void run_two_steps(const sl_ops_t *ops, float *logits, int64_t V) {
         b.logits_index[s] = s;
     }
     b.n_tokens = 2;
-    llama_forward(&m, &b, &kv, logits + 2 * V);
+    forward(&m, &b, &kv, logits + 2 * V);
     batch_free(&b);
     kv_cache_free(&kv, &m);
     llama_free(&m);

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "servelab/model.h"
+#include "servelab/model_runner.h"
 #include "test.h"
 
 #define MODEL_DIR "models/tiny"
@@ -175,30 +176,30 @@ static void make_rec_ops(void) {
 
 static void test_capture_sizes_follow_vllm(void) {
     int32_t s[128];
-    int n = llama_graph_sizes(512, 256, 2048, s, 128);
+    int n = runner_graph_sizes(512, 256, 2048, s, 128);
     CHECK_EQ_INT(n, 35); /* 1 2 4, then 8 .. 256 by 8 */
     CHECK(s[0] == 1 && s[1] == 2 && s[2] == 4 && s[3] == 8 && s[4] == 16 && s[34] == 256);
     for (int i = 4; i < n; i++) CHECK_EQ_INT(s[i] - s[i - 1], 8);
-    n = llama_graph_sizes(200, 100, 2048, s, 128); /* stops at the first size holding 100 */
+    n = runner_graph_sizes(200, 100, 2048, s, 128); /* stops at the first size holding 100 */
     CHECK_EQ_INT(s[n - 1], 104);
-    n = llama_graph_sizes(512, 256, 20, s, 128); /* none above max_num_batched_tokens */
+    n = runner_graph_sizes(512, 256, 20, s, 128); /* none above max_num_batched_tokens */
     CHECK_EQ_INT(n, 5);
     CHECK_EQ_INT(s[n - 1], 16);
-    n = llama_graph_sizes(4, 256, 2048, s, 128);
+    n = runner_graph_sizes(4, 256, 2048, s, 128);
     CHECK(n == 3 && s[2] == 4);
-    n = llama_graph_sizes(512, 1, 2048, s, 128);
+    n = runner_graph_sizes(512, 1, 2048, s, 128);
     CHECK(n == 1 && s[0] == 1);
-    CHECK_EQ_INT(llama_graph_sizes(512, 256, 2048, s, 4), 4);
+    CHECK_EQ_INT(runner_graph_sizes(512, 256, 2048, s, 4), 4);
 }
 
 static void test_bucket_is_smallest_size_that_holds(void) {
     int32_t s[] = {1, 2, 4, 8, 16};
-    CHECK_EQ_INT(llama_graph_bucket(s, 5, 1), 0);
-    CHECK_EQ_INT(llama_graph_bucket(s, 5, 3), 2);
-    CHECK_EQ_INT(llama_graph_bucket(s, 5, 8), 3);
-    CHECK_EQ_INT(llama_graph_bucket(s, 5, 9), 4);
-    CHECK_EQ_INT(llama_graph_bucket(s, 5, 17), -1);
-    CHECK_EQ_INT(llama_graph_bucket(s, 0, 1), -1);
+    CHECK_EQ_INT(runner_graph_bucket(s, 5, 1), 0);
+    CHECK_EQ_INT(runner_graph_bucket(s, 5, 3), 2);
+    CHECK_EQ_INT(runner_graph_bucket(s, 5, 8), 3);
+    CHECK_EQ_INT(runner_graph_bucket(s, 5, 9), 4);
+    CHECK_EQ_INT(runner_graph_bucket(s, 5, 17), -1);
+    CHECK_EQ_INT(runner_graph_bucket(s, 0, 1), -1);
 }
 
 /* ---- the model ---------------------------------------------------------------------- */
@@ -247,11 +248,12 @@ static void advance(int first, int S, int n) {
     for (int k = 0; k < S; k++) seqs[first + k].n += n;
 }
 
-/* max_blocks: the model's block-table width (the batches' is MAX_BLOCKS). */
-static void init_model(llama_model_t *m, kv_cache_t *kv, const sl_ops_t *ops, int32_t max_blocks) {
+/* max_blocks: the runner's block-table width (the batches' is MAX_BLOCKS). */
+static void init_model(llama_model_t *m, model_runner_t *r, kv_cache_t *kv, const sl_ops_t *ops, int32_t max_blocks) {
     sl_err_t err;
     model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    SL_ASSERT(llama_init(m, MODEL_DIR, &lo, ops, 128, MAX_SEQS, max_blocks, &err) == 0);
+    SL_ASSERT(llama_init(m, MODEL_DIR, &lo, ops, 128, MAX_SEQS, &err) == 0);
+    SL_ASSERT(runner_init(r, m, max_blocks, &err) == 0);
     SL_ASSERT(kv_cache_init(kv, m, 1 + MAX_SEQS * MAX_BLOCKS, B, &err) == 0);
 }
 
@@ -261,8 +263,9 @@ static bool same(const float *a, const float *b, size_t n) { return memcmp(a, b,
  * bit-identical to the unpadded step's, and the padding writes no KV. */
 static void test_padding_rows_change_nothing(void) {
     llama_model_t m;
+    model_runner_t rm;
     kv_cache_t kv_a, kv_b;
-    init_model(&m, &kv_a, cpu, MAX_BLOCKS);
+    init_model(&m, &rm, &kv_a, cpu, MAX_BLOCKS);
     sl_err_t err;
     SL_ASSERT(kv_cache_init(&kv_b, &m, 1 + MAX_SEQS * MAX_BLOCKS, B, &err) == 0);
     int64_t V = m.cfg.vocab_size;
@@ -272,16 +275,16 @@ static void test_padding_rows_change_nothing(void) {
     batch_init(&padded, 128, MAX_SEQS, MAX_BLOCKS);
     float *la = sl_malloc((size_t)MAX_SEQS * V * sizeof(float)), *lb = sl_malloc((size_t)MAX_SEQS * V * sizeof(float));
     make_step(&b, 0, 3, 9); /* prefill 9 tokens of 3 sequences in both caches */
-    llama_forward(&m, &b, &kv_a, la);
-    llama_forward(&m, &b, &kv_b, lb);
+    runner_forward(&rm, &b, &kv_a, la);
+    runner_forward(&rm, &b, &kv_b, lb);
     advance(0, 3, 9);
     make_step(&b, 0, 3, 1);
     batch_pad_decode(&padded, &b, 8);
     CHECK(padded.n_tokens == 8 && padded.n_seqs == 8 && padded.n_logits == 8 && padded.query_start[8] == 8);
     CHECK(padded.seq_lens[2] == 10 && padded.seq_lens[3] == 1 && padded.slot_mapping[7] == -1);
     CHECK(padded.block_tables[(size_t)5 * MAX_BLOCKS] == 0 && padded.logits_index[6] == 6);
-    llama_forward(&m, &b, &kv_a, la);
-    llama_forward(&m, &padded, &kv_b, lb);
+    runner_forward(&rm, &b, &kv_a, la);
+    runner_forward(&rm, &padded, &kv_b, lb);
     CHECK(same(la, lb, (size_t)3 * (size_t)V));
     for (int l = 0; l < m.cfg.n_layers; l++) {
         size_t bytes = (size_t)kv_a.n_blocks * B * (size_t)m.cfg.n_kv_heads * (size_t)m.cfg.head_dim * sizeof(float);
@@ -293,6 +296,7 @@ static void test_padding_rows_change_nothing(void) {
     batch_free(&padded);
     kv_cache_free(&kv_a, &m);
     kv_cache_free(&kv_b, &m);
+    runner_free(&rm);
     llama_free(&m);
 }
 
@@ -302,26 +306,27 @@ static void test_padding_rows_change_nothing(void) {
  * copy restrides them). */
 static void run_against_eager(bool lazy) {
     llama_model_t eager, graphed;
+    model_runner_t re, rg;
     kv_cache_t kv_e, kv_g;
-    init_model(&eager, &kv_e, cpu, MAX_BLOCKS);
-    init_model(&graphed, &kv_g, &rec_ops, 2 * MAX_BLOCKS); /* graphs see wider block-table rows */
+    init_model(&eager, &re, &kv_e, cpu, MAX_BLOCKS);
+    init_model(&graphed, &rg, &kv_g, &rec_ops, 2 * MAX_BLOCKS); /* graphs see wider block-table rows */
     int64_t V = eager.cfg.vocab_size;
     make_seqs(V);
     sl_err_t err;
     int32_t sizes[] = {8, 2, 1, 4, 4, 64}; /* unsorted, a duplicate, one above max_seqs: clamped to it */
     n_uploads_while_recording = 0;
-    CHECK(llama_capture_graphs(&graphed, &kv_g, sizes, 6, GRAPH_MAX_SEQ_LEN, lazy, &err) == 0);
-    CHECK_EQ_INT(graphed.n_graphs, 4);
-    CHECK(graphed.graph_sizes[0] == 1 && graphed.graph_sizes[3] == 8);
-    for (int i = 0; i < 4; i++) CHECK(lazy ? graphed.graphs[i] == NULL : graphed.graphs[i] != NULL);
+    CHECK(runner_capture_graphs(&rg, &kv_g, sizes, 6, GRAPH_MAX_SEQ_LEN, lazy, &err) == 0);
+    CHECK_EQ_INT(rg.graphs.n, 4);
+    CHECK(rg.graphs.sizes[0] == 1 && rg.graphs.sizes[3] == 8);
+    for (int i = 0; i < 4; i++) CHECK(lazy ? rg.graphs.graphs[i] == NULL : rg.graphs.graphs[i] != NULL);
 
     sl_batch_t b;
     batch_init(&b, 128, MAX_SEQS, MAX_BLOCKS);
     float *le = sl_malloc((size_t)MAX_SEQS * V * sizeof(float)), *lg = sl_malloc((size_t)MAX_SEQS * V * sizeof(float));
     make_step(&b, 0, MAX_SEQS, 5); /* a prefill: eager on both */
-    llama_forward(&eager, &b, &kv_e, le);
-    llama_forward(&graphed, &b, &kv_g, NULL);
-    CHECK(graphed.n_graph_steps == 0);
+    runner_forward(&re, &b, &kv_e, le);
+    runner_forward(&rg, &b, &kv_g, NULL);
+    CHECK(rg.n_graph_steps == 0);
     advance(0, MAX_SEQS, 5);
     const int batch_sizes[] = {1, 3, 8, 5, 2, 7, 4, 6, 8, 1};
     int64_t replays = 0;
@@ -329,15 +334,15 @@ static void run_against_eager(bool lazy) {
     for (int step = 0; step < 40; step++) {
         int S = batch_sizes[step % 10], first = step % (MAX_SEQS - S + 1);
         make_step(&b, first, S, 1);
-        llama_forward(&eager, &b, &kv_e, le);
-        llama_forward(&graphed, &b, &kv_g, lg); /* host logits: the replay, then one download */
+        runner_forward(&re, &b, &kv_e, le);
+        runner_forward(&rg, &b, &kv_g, lg); /* host logits: the replay, then one download */
         all_same &= same(le, lg, (size_t)S * (size_t)V);
         replays++;
         advance(first, S, 1);
     }
     CHECK(all_same);
-    CHECK_EQ_INT(graphed.n_graph_steps, replays);
-    for (int i = 0; i < 4; i++) CHECK(graphed.graphs[i] != NULL); /* every size was used: lazy captured them */
+    CHECK_EQ_INT(rg.n_graph_steps, replays);
+    for (int i = 0; i < 4; i++) CHECK(rg.graphs.graphs[i] != NULL); /* every size was used: lazy captured them */
     CHECK_EQ_INT(n_uploads_while_recording, 0);
 
     /* A context beyond GRAPH_MAX_SEQ_LEN runs eagerly, and still matches. */
@@ -346,16 +351,16 @@ static void run_against_eager(bool lazy) {
         int32_t n0 = seqs[0].n;
         seqs[0].n = p;
         make_step(&b, 0, 1, 16);
-        llama_forward(&eager, &b, &kv_e, le);
-        llama_forward(&graphed, &b, &kv_g, lg);
+        runner_forward(&re, &b, &kv_e, le);
+        runner_forward(&rg, &b, &kv_g, lg);
         seqs[0].n = n0;
     }
-    int64_t before = graphed.n_graph_steps;
+    int64_t before = rg.n_graph_steps;
     make_step(&b, 0, 1, 1);
-    llama_forward(&eager, &b, &kv_e, le);
-    llama_forward(&graphed, &b, &kv_g, lg);
+    runner_forward(&re, &b, &kv_e, le);
+    runner_forward(&rg, &b, &kv_g, lg);
     CHECK(same(le, lg, (size_t)V));
-    CHECK_EQ_INT(graphed.n_graph_steps, before);
+    CHECK_EQ_INT(rg.n_graph_steps, before);
 
     n_freed = 0;
     free(le);
@@ -363,6 +368,8 @@ static void run_against_eager(bool lazy) {
     batch_free(&b);
     kv_cache_free(&kv_e, &eager);
     kv_cache_free(&kv_g, &graphed);
+    runner_free(&re);
+    runner_free(&rg);
     llama_free(&eager);
     llama_free(&graphed);
     CHECK_EQ_INT(n_freed, 4);

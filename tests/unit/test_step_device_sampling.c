@@ -81,16 +81,17 @@ static void spec(sampling_params_t *p, int i) {
 
 static void run(const sl_ops_t *ops, result_t *res, int64_t *n_preemptions) {
     sl_err_t err;
-    tokenizer_t *tok = tok_load(MODEL_DIR, &err);
-    SL_ASSERT(tok);
     /* 12 blocks of 16: the requests (up to 77 tokens each, n up to 3) preempt one another. */
     engine_config_t c = {.block_size = 16, .num_gpu_blocks_override = 13, .enable_prefix_caching = true};
     c.sched = (sched_config_t){.max_num_batched_tokens = 48, .max_num_seqs = 8, .max_model_len = 128,
                                .enable_chunked_prefill = true};
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    llama_model_t m;
-    SL_ASSERT(llama_init(&m, MODEL_DIR, &lo, ops, 48, 8, 128 / 16, &err) == 0);
-    engine_t *e = engine_create(&c, &m, tok, 42, &err);
+    c.model_dir = MODEL_DIR;
+    c.load = (model_load_opts_t){.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    c.ops = ops;
+    c.max_model_len = 128;
+    c.max_num_batched_tokens_set = true;
+    c.seed = 42;
+    engine_t *e = engine_create(&c, &err);
     SL_ASSERT(e);
     engine_stream_t *st[N_REQS];
     for (int i = 0; i < N_REQS; i++) {
@@ -120,8 +121,6 @@ static void run(const sl_ops_t *ops, result_t *res, int64_t *n_preemptions) {
     engine_get_stats(e, &s);
     *n_preemptions = s.n_preemptions;
     engine_free(e);
-    llama_free(&m);
-    tok_free(tok);
 }
 
 static void test_device_sampling_path_draws_what_the_host_path_draws(void) {

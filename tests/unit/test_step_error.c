@@ -48,19 +48,25 @@ static drained_t drain_with(engine_stream_t *st, engine_output_t *(*next)(engine
 static drained_t drain(engine_stream_t *st) { return drain_with(st, engine_stream_try_next); }
 static drained_t drain_blocking(engine_stream_t *st) { return drain_with(st, engine_stream_next); }
 
+/* The engine the tests run: models/tiny on `ops`, 2048-token budget, 8 sequences. */
+static engine_config_t test_config(const sl_ops_t *ops) {
+    engine_config_t c;
+    engine_config_default(&c);
+    c.model_dir = MODEL_DIR;
+    c.load.progress = false;
+    c.ops = ops;
+    c.max_model_len = 512;
+    c.kv_cache_memory_bytes = 64 << 20;
+    c.sched.max_num_seqs = 8;
+    return c;
+}
+
 static void test_failed_forward_finishes_the_steps_requests_with_error(void) {
     sl_ops_t ops = *cpu_backend_init(1);
     ops.last_error = fake_last_error;
     sl_err_t err;
-    tokenizer_t *tok = tok_load(MODEL_DIR, &err);
-    SL_ASSERT(tok);
-    engine_config_t c = {.block_size = 16, .kv_cache_memory_bytes = 64 << 20, .enable_prefix_caching = true};
-    c.sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = 8, .max_model_len = 512,
-                               .enable_chunked_prefill = true};
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    llama_model_t m;
-    SL_ASSERT(llama_init(&m, MODEL_DIR, &lo, &ops, 2048, 8, 512 / 16, &err) == 0);
-    engine_t *e = engine_create(&c, &m, tok, 0, &err);
+    engine_config_t c = test_config(&ops);
+    engine_t *e = engine_create(&c, &err);
     SL_ASSERT(e);
 
     int32_t prompt[20];
@@ -102,13 +108,9 @@ static void test_failed_forward_finishes_the_steps_requests_with_error(void) {
 
     sampling_params_free(&p);
     engine_free(e);
-    llama_free(&m);
-    tok_free(tok);
 }
 
 typedef struct {
-    llama_model_t m;
-    tokenizer_t *tok;
     engine_t *e;
     sl_ops_t ops;
 } rig_t;
@@ -117,21 +119,13 @@ static void rig_init(rig_t *g) {
     g->ops = *cpu_backend_init(1);
     g->ops.last_error = fake_last_error;
     sl_err_t err;
-    g->tok = tok_load(MODEL_DIR, &err);
-    SL_ASSERT(g->tok);
-    engine_config_t c = {.block_size = 16, .kv_cache_memory_bytes = 64 << 20, .enable_prefix_caching = true};
-    c.sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = 8, .max_model_len = 512,
-                               .enable_chunked_prefill = true};
-    model_load_opts_t lo = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
-    SL_ASSERT(llama_init(&g->m, MODEL_DIR, &lo, &g->ops, 2048, 8, 512 / 16, &err) == 0);
-    g->e = engine_create(&c, &g->m, g->tok, 0, &err);
+    engine_config_t c = test_config(&g->ops);
+    g->e = engine_create(&c, &err);
     SL_ASSERT(g->e);
 }
 
 static void rig_free(rig_t *g) {
     engine_free(g->e);
-    llama_free(&g->m);
-    tok_free(g->tok);
 }
 
 static void test_failed_step_leaves_nothing_in_the_prefix_cache(void) {

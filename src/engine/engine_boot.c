@@ -1,0 +1,327 @@
+/* engine_boot.c - the engine bootstrap (engine.h engine_create): device, model, KV size, warm-up, graphs.
+ *
+ * One path for `serve`, `generate`, every benchmark and the tests. --device
+ * auto picks CUDA when this build has the backend and device 0 answers,
+ * else the CPU (nothing is logged for that choice before the model has
+ * loaded, so a bad checkpoint still fails with exactly one line). On CUDA,
+ * startup follows vLLM's worker: check free memory against
+ * --gpu-memory-utilization, load the weights (in the activation dtype), run
+ * profiling forwards at the largest shapes the scheduler can produce, size
+ * the KV pool from what they left (kv_sizing.c), warm up, build the engine,
+ * capture CUDA graphs. The CPU path: fp32 activations, the KV cache from
+ * --kv-cache-memory-bytes (4 GiB). Every failure is one line in err.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "servelab/kv_sizing.h"
+
+#define GIB ((double)(1ll << 30))
+#define CPU_KV_CACHE_BYTES (4ll << 30)
+
+void engine_config_default(engine_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->load = (model_load_opts_t){.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true, .progress = true};
+    c->device = ENGINE_DEVICE_AUTO;
+    c->gpu_memory_utilization = 0.9;
+    c->max_seq_len_to_capture = 8192;
+    c->block_size = 16;
+    c->enable_prefix_caching = true;
+    c->sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = 256, .enable_chunked_prefill = true};
+}
+
+static int32_t min32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
+
+/* --max-model-len against the checkpoint, and vLLM's budget rule: without
+ * chunked prefill an unset budget grows to max_model_len. */
+static int resolve_lengths(engine_config_t *c, const model_config_t *mc, sl_err_t *err) {
+    if (c->max_model_len == 0) c->max_model_len = mc->max_position_embeddings;
+    if (c->max_model_len > mc->max_position_embeddings)
+        return sl_fail(err, "User-specified max_model_len (%lld) is greater than the derived max_model_len "
+                       "(max_position_embeddings=%lld in %s/config.json).", (long long)c->max_model_len,
+                       (long long)mc->max_position_embeddings, c->model_dir);
+    sched_config_t *sc = &c->sched;
+    sc->max_model_len = (int32_t)c->max_model_len;
+    if (!sc->enable_chunked_prefill && !c->max_num_batched_tokens_set && sc->max_num_batched_tokens < sc->max_model_len)
+        sc->max_num_batched_tokens = sc->max_model_len;
+    return 0;
+}
+
+/* The model and tokenizer on `ops`; frees what it made on failure. */
+static int load_model(const engine_config_t *c, const model_load_opts_t *load, const sl_ops_t *ops,
+                      llama_model_t *m, tokenizer_t **tok, sl_err_t *err) {
+    if (!(*tok = tok_load(c->model_dir, err))) return -1;
+    if (llama_init(m, c->model_dir, load, ops, c->sched.max_num_batched_tokens, c->sched.max_num_seqs, err)) {
+        char msg[SL_ERR_LEN];
+        if (ops->last_error && ops->last_error(ops->ctx, msg, sizeof msg)) {
+            char what[SL_ERR_LEN];
+            snprintf(what, sizeof what, "%s", err->msg);
+            sl_fail(err, "%s (%s)", what, msg);
+        }
+        tok_free(*tok);
+        *tok = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Builds the engine over a loaded model; on failure frees model and tokenizer. */
+static engine_t *assemble(const engine_config_t *c, llama_model_t *m, tokenizer_t *tok, sl_err_t *err) {
+    engine_t *e = engine_assemble(c, m, tok, err);
+    if (e) return e;
+    const sl_ops_t *ops = m->ops;
+    char msg[SL_ERR_LEN];
+    if (ops->last_error && ops->last_error(ops->ctx, msg, sizeof msg)) {
+        char what[SL_ERR_LEN];
+        snprintf(what, sizeof what, "%s", err->msg);
+        sl_fail(err, "%s (%s)", what, msg);
+    }
+    llama_free(m);
+    tok_free(tok);
+    return NULL;
+}
+
+/* ---- CUDA -------------------------------------------------------------------- */
+
+#ifdef SERVELAB_HAVE_CUDA
+/* vLLM's _get_and_verify_dtype: auto keeps a bf16 checkpoint in bf16 and runs
+ * fp32 and fp16 checkpoints in fp16. */
+static sl_dtype_t cuda_act_dtype(const engine_config_t *c, const model_config_t *mc) {
+    if (!c->load.dtype_auto) return c->load.dtype;
+    return mc->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F16;
+}
+
+static void log_cast(sl_dtype_t from, sl_dtype_t to) {
+    if (from == to) return;
+    if (to == DTYPE_F32) LOG_INFO("Upcasting torch.%s to torch.%s.", dtype_torch_name(from), dtype_torch_name(to));
+    else if (from == DTYPE_F32) LOG_INFO("Downcasting torch.%s to torch.%s.", dtype_torch_name(from), dtype_torch_name(to));
+    else LOG_WARNING("Casting torch.%s to torch.%s.", dtype_torch_name(from), dtype_torch_name(to));
+}
+
+/* CUDA graphs of decode steps, as vLLM's capture_model: the sizes of
+ * --cuda-graph-sizes (one value: vLLM's pattern up to it, by default
+ * min(2 * max_num_seqs, 512); several: those), for contexts up to
+ * --max-seq-len-to-capture. --skip-warmup defers each capture to its size's
+ * first use, so that cold start shows in the first decode steps too. */
+static int capture_graphs(engine_t *e, sl_err_t *err) {
+    const engine_config_t *c = &e->cfg;
+    const sched_config_t *sc = &c->sched;
+    if (c->enforce_eager) {
+        LOG_INFO("Skipping CUDA graph capture (--enforce-eager): decode runs eagerly.");
+        return 0;
+    }
+    int32_t sizes[ENGINE_MAX_GRAPH_SIZES + 80];
+    int n;
+    if (c->n_cuda_graph_sizes > 1) {
+        n = c->n_cuda_graph_sizes;
+        memcpy(sizes, c->cuda_graph_sizes, (size_t)n * sizeof sizes[0]);
+    } else {
+        int32_t top = c->n_cuda_graph_sizes == 1 ? c->cuda_graph_sizes[0] : min32(2 * (int64_t)sc->max_num_seqs, 512);
+        n = runner_graph_sizes(top, sc->max_num_seqs, sc->max_num_batched_tokens, sizes,
+                               (int)(sizeof sizes / sizeof sizes[0]));
+    }
+    int32_t max_seq_len = min32(c->max_seq_len_to_capture, sc->max_model_len);
+    model_runner_t *r = &e->runner;
+    int64_t free0, free1, total;
+    if (cuda_backend_mem_info(r->ops, &free0, &total, err)) return -1;
+    double t0 = sl_now_s();
+    if (runner_capture_graphs(r, &r->kv, sizes, n, max_seq_len, c->skip_warmup, err)) {
+        char what[SL_ERR_LEN];
+        snprintf(what, sizeof what, "%s", err->msg);
+        return sl_fail(err, "%s. Hint: --enforce-eager runs without CUDA graphs", what);
+    }
+    if (cuda_backend_mem_info(r->ops, &free1, &total, err)) return -1;
+    const runner_graphs_t *g = &r->graphs;
+    if (g->n == 0) {
+        LOG_INFO("No CUDA graph size fits --max-num-seqs %d: decode runs eagerly.", sc->max_num_seqs);
+    } else if (c->skip_warmup) {
+        LOG_INFO("Deferring CUDA graph capture to each batch size's first use (--skip-warmup): %d sizes, 1 to %d "
+                 "sequences, contexts up to %d tokens", g->n, g->sizes[g->n - 1], max_seq_len);
+    } else {
+        LOG_INFO("Graph capturing finished in %.0f secs, took %.2f GiB", sl_now_s() - t0,
+                 (double)(free0 > free1 ? free0 - free1 : 0) / GIB);
+        LOG_DEBUG("CUDA graphs: %d sizes, 1 to %d sequences, contexts up to %d tokens", g->n, g->sizes[g->n - 1],
+                  max_seq_len);
+    }
+    return 0;
+}
+
+static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const cuda_device_info_t *info,
+                           sl_err_t *err) {
+    sched_config_t *sc = &c->sched;
+    sl_dtype_t act = cuda_act_dtype(c, mc);
+    if (act == DTYPE_BF16 && info->cc_major < 8) {
+        sl_fail(err, "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your %s GPU has "
+                "compute capability %d.%d. You can use float16 instead by explicitly setting the `dtype` flag in "
+                "CLI, for example: --dtype=half.", info->name, info->cc_major, info->cc_minor);
+        return NULL;
+    }
+    cuda_backend_opts_t opts = {.device = 0, .act_dtype = act};
+    const sl_ops_t *ops = c->ops ? c->ops : cuda_backend_init(&opts, err);
+    if (!ops) return NULL;
+
+    /* vLLM's init_device: this instance's share must be free before anything loads. */
+    int64_t free0, total, free1, free2, requested;
+    if (cuda_backend_mem_info(ops, &free0, &total, err) ||
+        kv_sizing_check_startup(opts.device, total, free0, c->gpu_memory_utilization, &requested, err))
+        return NULL;
+
+    /* Every weight in the activation dtype: the kernels and cuBLAS take one dtype. */
+    model_load_opts_t load = c->load;
+    load.dtype_auto = false;
+    load.dtype = act;
+    llama_model_t m;
+    tokenizer_t *tok;
+    if (load_model(c, &load, ops, &m, &tok, err)) return NULL;
+    if (c->device == ENGINE_DEVICE_AUTO) LOG_INFO("Automatically detected platform cuda.");
+    LOG_INFO("Using CUDA device %d: %s (compute capability %d.%d, %.2f GiB), %s activations", opts.device,
+             info->name, info->cc_major, info->cc_minor, (double)info->total_bytes / GIB, dtype_torch_name(act));
+    log_cast(mc->torch_dtype, act);
+
+    /* Profiling and warm-up run on a runner of their own (its batch buffers
+     * are counted in the activation peak, as the engine's will be). */
+    double t0 = sl_now_s();
+    int32_t B = c->block_size, L = sc->max_model_len;
+    int32_t Tmax = sc->max_num_batched_tokens, Smax = min32(sc->max_num_seqs, Tmax);
+    model_runner_t probe;
+    if (cuda_backend_mem_info(ops, &free1, &total, err) || runner_init(&probe, &m, (L + B - 1) / B, err)) goto fail;
+
+    /* Profile only when the pool size depends on it (vLLM always profiles; an
+     * explicit size here skips it, so with --skip-warmup too the first request
+     * meets every first-use cost: lazy module loading, cuBLAS heuristics,
+     * workspace growth). The shapes: the largest prefill (fresh prompts of up
+     * to max_model_len tokens), the largest mixed step (every sequence at
+     * max_model_len context, the budget spread over them) and the largest
+     * decode step (which sizes the attention partials, the logits and the
+     * sampler's workspace). */
+    bool profile = c->num_gpu_blocks_override <= 0 && c->kv_cache_memory_bytes <= 0;
+    int64_t activation = 0;
+    double profile_s = 0.0;
+    if (profile) {
+        int32_t S1 = min32(Smax, ((int64_t)Tmax + L - 1) / L);
+        runner_shape_t shapes[] = {
+            {S1, min32(Tmax, (int64_t)S1 * L), false},
+            {Smax, min32(Tmax, (int64_t)Smax * L), true},
+            {Smax, Smax, true},
+        };
+        if (runner_dummy_steps(&probe, B, L, shapes, 3, true, "the profiling forward", err) ||
+            cuda_backend_mem_info(ops, &free2, &total, err))
+            goto fail_probe;
+        profile_s = sl_now_s() - t0;
+        /* Everything this process holds beyond the weights: scratch activations,
+         * batch buffers, workspaces, cuBLAS. */
+        activation = free0 - free2 - (int64_t)m.w.n_bytes;
+    } else {
+        activation = free0 - free1 - (int64_t)m.w.n_bytes;
+    }
+    if (activation < 0) activation = 0; /* another process freed memory meanwhile */
+
+    kv_sizing_in_t in = {
+        .device = opts.device, .total_bytes = total, .free_at_start_bytes = free0,
+        .gpu_memory_utilization = c->gpu_memory_utilization, .weights_bytes = (int64_t)m.w.n_bytes,
+        .activation_peak_bytes = activation,
+        .block_bytes = (int64_t)kv_cache_block_bytes(&m.cfg, B, ops->act_dtype), .block_size = B,
+        .max_model_len = L, .num_gpu_blocks_override = c->num_gpu_blocks_override,
+        .kv_cache_memory_bytes = c->kv_cache_memory_bytes,
+    };
+    kv_sizing_out_t sized;
+    if (kv_sizing_compute(&in, &sized, err)) goto fail_probe;
+    if (profile)
+        LOG_INFO("Memory profiling takes %.2f seconds. the current vLLM instance can use total_gpu_memory "
+                 "(%.2fGiB) x gpu_memory_utilization (%.2f) = %.2fGiB; model weights take %.2fGiB; activation "
+                 "peak memory takes %.2fGiB; the rest of the memory reserved for KV Cache is %.2fGiB.",
+                 profile_s, (double)total / GIB, c->gpu_memory_utilization, (double)sized.requested_bytes / GIB,
+                 (double)m.w.n_bytes / GIB, (double)activation / GIB, (double)sized.available_bytes / GIB);
+    if (sized.from_kv_cache_memory_bytes) {
+        char f[32], r[32];
+        LOG_INFO("Initial free memory %s GiB, reserved %s GiB memory for KV Cache as specified by "
+                 "kv_cache_memory_bytes config and skipped memory profiling. This does not respect the "
+                 "gpu_memory_utilization config. Only use kv_cache_memory_bytes config when you want manual "
+                 "control of KV cache memory size. If OOM'ed, check the difference of initial free memory "
+                 "between the current run and the previous run where kv_cache_memory_bytes is suggested and "
+                 "update it correspondingly.", kv_sizing_format_gib(free0, f, sizeof f),
+                 kv_sizing_format_gib(sized.available_bytes, r, sizeof r));
+    }
+
+    if (c->skip_warmup) {
+        LOG_INFO("Skipping the warm-up forward (--skip-warmup): the first requests pay the cold-start costs.");
+    } else {
+        /* Decode steps at batch 1 and at the largest batch, at full context. */
+        runner_shape_t shapes[] = {{1, 1, true}, {Smax, Smax, true}};
+        if (runner_dummy_steps(&probe, B, L, shapes, 2, true, "the warm-up forward", err)) goto fail_probe;
+    }
+    runner_free(&probe);
+
+    /* engine_assemble sizes the pool from these bytes exactly as kv_sizing did
+     * (floor(bytes / block_bytes)); an override it takes as is. */
+    if (!sized.overridden) c->kv_cache_memory_bytes = sized.available_bytes;
+    engine_t *e = assemble(c, &m, tok, err);
+    if (!e) return NULL;
+    SL_ASSERT(e->pool.n_blocks == sized.n_blocks);
+    if (capture_graphs(e, err)) {
+        engine_free(e);
+        return NULL;
+    }
+    LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);
+    return e;
+
+fail_probe:
+    runner_free(&probe);
+fail:
+    llama_free(&m);
+    tok_free(tok);
+    return NULL;
+}
+#endif
+
+/* ---- the bootstrap --------------------------------------------------------------- */
+
+/* Whether to run on CUDA: --device cpu never; cuda or fails saying why not;
+ * auto when this build has the backend and device 0 answers. 1 yes, 0 no,
+ * -1 error. */
+static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_t *err) {
+    memset(info, 0, sizeof *info);
+    if (c->device == ENGINE_DEVICE_CPU) return 0;
+#ifdef SERVELAB_HAVE_CUDA
+    sl_err_t probe_err;
+    if (cuda_backend_probe(0, info, &probe_err) == 0) return 1;
+    if (c->device == ENGINE_DEVICE_CUDA) return sl_fail(err, "%s", probe_err.msg);
+    LOG_DEBUG("--device auto: no usable CUDA device (%s); using the CPU", probe_err.msg);
+    return 0;
+#else
+    if (c->device == ENGINE_DEVICE_CUDA)
+        return sl_fail(err, "--device cuda: this servelab was built without the CUDA backend (no nvcc at configure "
+                       "time, or -DSERVELAB_CUDA=OFF). Hint: rebuild with -DSERVELAB_CUDA=ON, or run with --device "
+                       "cpu");
+    return 0;
+#endif
+}
+
+engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
+    engine_config_t c = *cfg;
+    model_config_t mc;
+    if (config_load(c.model_dir, &mc, err) || resolve_lengths(&c, &mc, err)) return NULL;
+
+    /* A test's own backend runs as given: a device backend (one that can
+     * fail) through the CUDA startup only when asked for CUDA. */
+    cuda_device_info_t info;
+    int cuda = c.ops ? c.device == ENGINE_DEVICE_CUDA : want_cuda(&c, &info, err);
+    if (cuda < 0) return NULL;
+#ifdef SERVELAB_HAVE_CUDA
+    if (cuda) {
+        if (c.ops && cuda_backend_probe(0, &info, err)) return NULL;
+        return boot_cuda(&c, &mc, &info, err);
+    }
+#endif
+    const sl_ops_t *ops = c.ops ? c.ops : cpu_backend_init(c.threads);
+    if (c.kv_cache_memory_bytes <= 0) c.kv_cache_memory_bytes = CPU_KV_CACHE_BYTES;
+    llama_model_t m;
+    tokenizer_t *tok;
+    if (load_model(&c, &c.load, ops, &m, &tok, err)) return NULL;
+    double t0 = sl_now_s();
+    engine_t *e = assemble(&c, &m, tok, err);
+    if (e) LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);
+    return e;
+}
