@@ -1,9 +1,9 @@
 /* batch.h - the flat batch: one forward step over T tokens of S sequences.
  *
- * Prefill chunks and decodes are mixed freely (DESIGN.md, "The flat batch").
+ * Prefill chunks and decodes are mixed freely (docs/architecture.md, "The flat batch").
  * Attention for token t of sequence s attends to positions 0..positions[t] of
  * s, read through s's block table: one definition covers prefill, chunked
- * prefill, prefix-cache hits and decode. All arrays are host memory; the model
+ * prefill, prefix-cache hits and decode. All arrays are host memory; the model runner
  * copies them to the backend once per step.
  */
 #ifndef SERVELAB_BATCH_H

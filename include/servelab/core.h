@@ -5,7 +5,7 @@
  * Lines go to stdout (as vLLM's logger does); level from SERVELAB_LOGGING_LEVEL
  * (DEBUG, INFO, WARNING, ERROR; default INFO). Startup failures use sl_die():
  * one line on stderr naming what and where, then exit(1); it is only called from
- * main() and startup code, never while serving requests (DESIGN.md, Errors).
+ * main() and startup code, never while serving requests (docs/architecture.md, "Errors").
  */
 #ifndef SERVELAB_CORE_H
 #define SERVELAB_CORE_H

@@ -65,5 +65,9 @@ int detok_push(detok_t *d, int32_t id, size_t *delta_from, size_t *delta_to);
  * detok_push does (empty after a stop string matched). Memory is released by
  * detok_free. */
 void detok_finish(detok_t *d, size_t *delta_from, size_t *delta_to);
+/* The output text so far (held-back bytes included) and how much of it was
+ * handed out; delta ranges from detok_push / detok_finish index it. */
+static inline const char *detok_text(const detok_t *d) { return d->text; }
+static inline size_t detok_emitted(const detok_t *d) { return d->emitted; }
 
 #endif

@@ -88,6 +88,16 @@ void kv_forget_uncomputed(kv_pool_t *p, kv_seq_blocks_t *seq, int32_t n_valid_to
 void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq);
 void kv_seq_blocks_free(kv_seq_blocks_t *seq);
 
+/* The prefix cache's counters, in tokens and requests (vLLM's
+ * PrefixCacheStats: queries, hits, requests looked up). */
+typedef struct {
+    int64_t queries, hits, lookups;
+} kv_prefix_stats_t;
+static inline kv_prefix_stats_t kv_pool_prefix_stats(const kv_pool_t *p) {
+    return (kv_prefix_stats_t){.queries = p->queries, .hits = p->hits, .lookups = p->lookups};
+}
+static inline int32_t kv_pool_n_blocks(const kv_pool_t *p) { return p->n_blocks; }
+
 /* Checks every invariant (ref counts vs free queue, map vs block hashes,
  * counts); aborts on a violation. For tests. */
 void kv_pool_check(const kv_pool_t *p);

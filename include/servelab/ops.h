@@ -6,7 +6,7 @@
  * op is also a plain function in kernels/cpu/ (the reference) and, for CUDA,
  * a kernel with a parity test against it. No CUDA types appear here.
  *
- * Shapes follow DESIGN.md's letters: T tokens, S sequences, H / Hkv heads,
+ * Shapes follow the letters of docs/architecture.md: T tokens, S sequences, H / Hkv heads,
  * D head dim, V vocab. Weights use PyTorch's Linear layout (out, in).
  */
 #ifndef SERVELAB_OPS_H

@@ -12,7 +12,8 @@
  *     lookup, then the uncached part cut to the budget (chunked prefill), or,
  *     without chunked prefill, admitted only if the whole prompt fits.
  * Static batching (--batching static, a lab mode): waiting requests are
- * admitted only when nothing is running, so each batch runs to completion.
+ * admitted only while the batch is forming (nothing running has produced a
+ * token yet); once it decodes, nothing joins until it has drained.
  */
 #ifndef SERVELAB_SCHEDULER_H
 #define SERVELAB_SCHEDULER_H
@@ -66,5 +67,18 @@ const sched_output_t *sched_step(scheduler_t *s, double now);
 /* Removes a finished or aborted request from whichever queue holds it and
  * frees its blocks. */
 void sched_remove(scheduler_t *s, request_t *r);
+
+/* The queues as the engine sees them: sizes, whether anything is left to
+ * run, the oldest running request and the next waiting one (NULL when the
+ * queue is empty; finishing them one by one drains the scheduler), and the
+ * preemptions so far (vllm:num_preemptions_total). */
+static inline int32_t sched_n_running(const scheduler_t *s) { return s->n_running; }
+static inline int32_t sched_n_waiting(const scheduler_t *s) { return s->n_waiting; }
+static inline bool sched_has_work(const scheduler_t *s) { return s->n_running > 0 || s->n_waiting > 0; }
+static inline request_t *sched_first_running(const scheduler_t *s) { return s->n_running ? s->running[0] : NULL; }
+static inline request_t *sched_first_waiting(const scheduler_t *s) {
+    return s->n_waiting ? s->waiting[s->wait_head] : NULL;
+}
+static inline int64_t sched_n_preemptions(const scheduler_t *s) { return s->n_preemptions; }
 
 #endif

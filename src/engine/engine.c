@@ -156,9 +156,7 @@ void engine_free(engine_t *e) {
     for (int32_t i = 0; i < e->n_incoming; i++) sched_add(&e->sched, e->incoming[i]);
     e->n_incoming = 0;
     double now = sl_now_s();
-    while (e->sched.n_running > 0) engine_finish_request(e, e->sched.running[0], FINISH_ABORT, now);
-    while (e->sched.n_waiting > 0)
-        engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ABORT, now);
+    engine_finish_all(e, FINISH_ABORT, now);
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
     free(e->aborts);
@@ -181,7 +179,7 @@ void engine_enable_metrics(engine_t *e, struct metrics *reg, const char *model_n
 }
 
 static bool has_work_locked(engine_t *e) {
-    return e->n_incoming > 0 || e->n_aborts > 0 || e->sched.n_running > 0 || e->sched.n_waiting > 0;
+    return e->n_incoming > 0 || e->n_aborts > 0 || sched_has_work(&e->sched);
 }
 
 static void *engine_main(void *arg) {

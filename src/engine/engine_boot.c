@@ -259,7 +259,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
     if (!sized.overridden) c->kv_cache_memory_bytes = sized.available_bytes;
     engine_t *e = assemble(c, &m, tok, err);
     if (!e) return NULL;
-    SL_ASSERT(e->pool.n_blocks == sized.n_blocks);
+    SL_ASSERT(kv_pool_n_blocks(&e->pool) == sized.n_blocks);
     if (capture_graphs(e, err)) {
         engine_free(e);
         return NULL;

@@ -80,7 +80,8 @@ struct engine {
     /* Engine thread only. */
     engine_metrics_t *metrics;
     hit_window_t hit_window;
-    int64_t seen_preemptions, seen_queries, seen_hits, seen_lookups;
+    int64_t seen_preemptions;
+    kv_prefix_stats_t seen_prefix;
 };
 
 /* engine.c: builds the engine around a model and tokenizer that engine_boot.c
@@ -90,6 +91,8 @@ engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, toke
 
 /* step.c */
 void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now);
+/* Finishes every running and waiting request (engine_free, a dead engine). */
+void engine_finish_all(engine_t *e, finish_reason_t why, double now);
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence);
 void engine_stream_unref(engine_stream_t *st);
 

@@ -170,7 +170,7 @@ engine_metrics_t *em_new(metrics_t *reg, const char *model_name, const engine_t 
      * keep vLLM's defaults. */
     char block_size[16], num_blocks[24], override[24], kv_bytes[32];
     snprintf(block_size, sizeof block_size, "%d", e->cfg.block_size);
-    snprintf(num_blocks, sizeof num_blocks, "%d", e->pool.n_blocks);
+    snprintf(num_blocks, sizeof num_blocks, "%d", kv_pool_n_blocks(&e->pool));
     if (e->cfg.num_gpu_blocks_override > 0)
         snprintf(override, sizeof override, "%d", e->cfg.num_gpu_blocks_override);
     else

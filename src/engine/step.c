@@ -75,7 +75,7 @@ static void retire(engine_t *e, request_t *r, finish_reason_t why, double now, e
 void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, double now) {
     size_t from, to;
     detok_finish(&r->detok, &from, &to);
-    retire(e, r, why, now, new_output(r, r->detok.text + from, to - from));
+    retire(e, r, why, now, new_output(r, detok_text(&r->detok) + from, to - from));
 }
 
 static void take_submissions(engine_t *e, double now) {
@@ -132,7 +132,7 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
             r->stop_token = res->token;
         }
     }
-    size_t from = r->detok.emitted, to = r->detok.emitted;
+    size_t from = detok_emitted(&r->detok), to = from;
     if (!stop_token || p->include_stop_str_in_output) {
         int k = detok_push(&r->detok, res->token, &from, &to);
         if (k >= 0) {
@@ -146,7 +146,7 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
         if (from == to) from = f2;
         to = t2;
     }
-    engine_output_t *o = new_output(r, r->detok.text + from, to - from);
+    engine_output_t *o = new_output(r, detok_text(&r->detok) + from, to - from);
     o->n_new = 1;
     o->token = res->token;
     if (p->logprobs >= 0) o->logprobs = *res;
@@ -157,32 +157,32 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
 /* Once per step: the snapshot engine_get_stats returns (under the engine's
  * lock) and the step's metrics (under the registry's). */
 static void publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen) {
+    kv_prefix_stats_t px = kv_pool_prefix_stats(&e->pool);
+    int64_t n_preemptions = sched_n_preemptions(&e->sched);
     em_step_t m = {
         .stepped = steps > 0,
-        .n_running = e->sched.n_running,
+        .n_running = sched_n_running(&e->sched),
         .kv_usage = kv_pool_usage(&e->pool),
         .d_prompt_tokens = n_prompt_done,
         .d_generation_tokens = n_gen,
-        .d_preemptions = e->sched.n_preemptions - e->seen_preemptions,
-        .d_queries = e->pool.queries - e->seen_queries,
-        .d_hits = e->pool.hits - e->seen_hits,
+        .d_preemptions = n_preemptions - e->seen_preemptions,
+        .d_queries = px.queries - e->seen_prefix.queries,
+        .d_hits = px.hits - e->seen_prefix.hits,
     };
-    hit_window_observe(&e->hit_window, e->pool.lookups - e->seen_lookups, m.d_queries, m.d_hits);
+    hit_window_observe(&e->hit_window, px.lookups - e->seen_prefix.lookups, m.d_queries, m.d_hits);
     m.prefix_hit_rate = hit_window_rate(&e->hit_window);
-    e->seen_preemptions = e->sched.n_preemptions;
-    e->seen_queries = e->pool.queries;
-    e->seen_hits = e->pool.hits;
-    e->seen_lookups = e->pool.lookups;
+    e->seen_preemptions = n_preemptions;
+    e->seen_prefix = px;
 
     pthread_mutex_lock(&e->mu);
     engine_stats_t *st = &e->stats;
     st->n_running = m.n_running;
-    e->stats_sched_waiting = e->sched.n_waiting;
-    st->n_waiting = m.n_waiting = e->sched.n_waiting + e->n_incoming;
+    e->stats_sched_waiting = sched_n_waiting(&e->sched);
+    st->n_waiting = m.n_waiting = e->stats_sched_waiting + e->n_incoming;
     st->kv_usage = m.kv_usage;
-    st->n_preemptions = e->sched.n_preemptions;
-    st->prefix_queries = e->pool.queries;
-    st->prefix_hits = e->pool.hits;
+    st->n_preemptions = n_preemptions;
+    st->prefix_queries = px.queries;
+    st->prefix_hits = px.hits;
     st->prefix_hit_rate = m.prefix_hit_rate;
     st->n_steps += steps;
     st->n_prompt_tokens_total += n_prompt_done;
@@ -230,22 +230,25 @@ static void fail_step(engine_t *e, const sched_output_t *so, const char *msg, bo
     publish_stats(e, 0, 0, 0);
 }
 
+void engine_finish_all(engine_t *e, finish_reason_t why, double now) {
+    for (request_t *r; (r = sched_first_running(&e->sched)) || (r = sched_first_waiting(&e->sched));)
+        engine_finish_request(e, r, why, now);
+}
+
 /* A dead engine runs nothing: whatever is running or waiting finishes with "error". */
 static void fail_all(engine_t *e, double now) {
-    while (e->sched.n_running > 0) engine_finish_request(e, e->sched.running[0], FINISH_ERROR, now);
-    while (e->sched.n_waiting > 0)
-        engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
+    engine_finish_all(e, FINISH_ERROR, now);
     publish_stats(e, 0, 0, 0);
 }
 
 bool engine_step(engine_t *e) {
     double now = sl_now_s();
     take_submissions(e, now);
-    if (e->dead && (e->sched.n_running > 0 || e->sched.n_waiting > 0)) {
+    if (e->dead && sched_has_work(&e->sched)) {
         fail_all(e, now);
         return true;
     }
-    if (e->sched.n_running == 0 && e->sched.n_waiting == 0) {
+    if (!sched_has_work(&e->sched)) {
         publish_stats(e, 0, 0, 0);
         return false;
     }
@@ -254,8 +257,8 @@ bool engine_step(engine_t *e) {
     if (so->n == 0) {
         /* Nothing fits although the pool is idle: only a request larger than the
          * pool can cause this, and submission refuses those; fail it, never spin. */
-        if (e->sched.n_running == 0 && e->sched.n_waiting > 0)
-            engine_finish_request(e, e->sched.waiting[e->sched.wait_head], FINISH_ERROR, now);
+        if (sched_n_running(&e->sched) == 0 && sched_n_waiting(&e->sched) > 0)
+            engine_finish_request(e, sched_first_waiting(&e->sched), FINISH_ERROR, now);
         publish_stats(e, 0, 0, 0);
         return true;
     }

@@ -4,7 +4,7 @@
  * x += down(silu(gate(h)) * up(h)) on rmsnorm(x). Only the rows named in
  * logits_index go through the final norm and lm_head, so a prefill step of
  * many tokens produces one row of logits per finished prompt. The code never
- * reads a buffer: it is the same for every backend (DESIGN.md principle 3).
+ * reads a buffer: it is the same for every backend (docs/architecture.md, "One model, two backends").
  * A backend's optional fused ops (add_rmsnorm, rope_kv_write) replace their
  * unfused sequence when present; the CPU has none, so its arithmetic (the
  * reference the golden test checks bit for bit) is the plain sequence.
