@@ -1,6 +1,6 @@
 /* kv_sizing.h - how many KV blocks fit on a GPU: vLLM's rule as a pure function.
  *
- * The CUDA path of engine_bundle_load measures device memory (before the
+ * The CUDA path of engine_create (engine_boot.c) measures device memory (before the
  * model, after loading it, after a profiling forward) and asks this module
  * for the pool size; this module never touches a device, so every branch is
  * unit-tested on the CPU (tests/unit/test_kv_sizing.c).

@@ -2,7 +2,7 @@
  *
  * Memory is plain cudaMalloc (no managed memory); every op is enqueued on one
  * non-blocking stream; activations, the KV cache and every weight are in the
- * backend's activation dtype (F32, BF16 or F16; cli_engine converts weights at
+ * backend's activation dtype (F32, BF16 or F16; engine_boot.c converts weights at
  * load). linear and logits are cublasGemmEx with fp32 accumulation
  * (CUBLAS_COMPUTE_32F, default math without reduced-precision reductions: no
  * TF32 for fp32); the mapping of our row-major layout onto cuBLAS's
@@ -165,7 +165,7 @@ static cudaDataType_t cuda_type(sl_dtype_t dt) {
     return CUDA_R_32F;
 }
 
-/* Every weight is in the activation dtype (cli_engine loads them so): a
+/* Every weight is in the activation dtype (engine_boot.c loads them so): a
  * mismatch is a bug in the caller, not a device failure. */
 static void check_weight(const cuda_ctx_t *c, const sl_weight_t *w) { SL_ASSERT(w->dtype == c->dt); }
 

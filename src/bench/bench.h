@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench_cli.h"
+#include "servelab/bench_cli.h"
 #include "servelab/core.h"
 
 /* ---- rng + stats (stats.c) ------------------------------------------------------------- */

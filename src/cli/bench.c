@@ -1,4 +1,4 @@
-/* cli_bench.c - offline benchmarks. They print figures; they assert nothing.
+/* bench.c - offline benchmarks. They print figures; they assert nothing.
  *
  *   servelab bench decode MODEL_DIR [--threads 1,2] [--input-len 32] [--output-len 128]
  *     batch-1 decode tokens/s, the weight bytes read per second, and that as a
@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "bench_cli.h"
+#include "servelab/bench_cli.h"
 #include "engine_args.h"
 #include "servelab/model_runner.h"
 

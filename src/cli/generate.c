@@ -1,4 +1,4 @@
-/* cli_generate.c - `servelab generate`: offline generation through the engine.
+/* generate.c - `servelab generate`: offline generation through the engine.
  *
  *   servelab generate MODEL_DIR (--prompt TEXT [--prompt TEXT ...] | --prompts-file FILE.jsonl)
  *       [--max-tokens N] [--temperature T] [--ignore-eos] [--json] [engine flags]

@@ -1,4 +1,4 @@
-/* cli_render.c - `servelab render`: a conversation through the checkpoint's chat
+/* render.c - `servelab render`: a conversation through the checkpoint's chat
  * template, then through its tokenizer, exactly as a chat request would be.
  *
  *   servelab render MODEL_DIR --messages JSON [--chat-template PATH_OR_INLINE]

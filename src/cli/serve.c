@@ -1,4 +1,4 @@
-/* cli_serve.c - `servelab serve`: the OpenAI-compatible server, with vLLM's flags.
+/* serve.c - `servelab serve`: the OpenAI-compatible server, with vLLM's flags.
  *
  *   servelab serve MODEL_DIR [--host H] [--port 8000] [--served-model-name NAME ...]
  *       [--api-key KEY ...] [--chat-template PATH_OR_INLINE] [--generation-config auto|vllm|DIR]

@@ -1,5 +1,5 @@
 /* bench_cli.h - the two commands of the load generator, for the `servelab bench`
- * dispatcher (src/cli_bench.c). Each returns the exit status: 0 success, 1 runtime
+ * dispatcher (src/cli/bench.c). Each returns the exit status: 0 success, 1 runtime
  * error (or, for compare, a failed gate), 2 bad usage. */
 #ifndef SERVELAB_BENCH_CLI_H
 #define SERVELAB_BENCH_CLI_H
