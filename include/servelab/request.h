@@ -15,7 +15,7 @@
 
 #include "servelab/detok.h"
 #include "servelab/kv_pool.h"
-#include "servelab/sampler.h"
+#include "servelab/rng.h"
 #include "servelab/sampling.h"
 
 typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } req_status_t;

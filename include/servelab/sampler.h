@@ -9,15 +9,7 @@
 
 #include <stdint.h>
 
-/* xoshiro256** seeded through splitmix64. */
-typedef struct {
-    uint64_t s[4];
-} sl_rng_t;
-
-void rng_seed(sl_rng_t *rng, uint64_t seed);
-uint64_t rng_next(sl_rng_t *rng);
-/* Uniform in [0, 1), 53 random bits. */
-double rng_uniform(sl_rng_t *rng);
+#include "servelab/rng.h"
 
 /* argmax over V logits. */
 int32_t sampler_greedy(const float *logits, int64_t V);
