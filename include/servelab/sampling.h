@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "servelab/core.h"
-#include "servelab/sampler.h"
+#include "servelab/rng.h"
 
 #define SAMPLING_MAX_LOGPROBS 20
 

@@ -406,7 +406,7 @@ static int64_t top_p_cut(int32_t *idx, int64_t m, const float *w, double target)
 
 /* ---- the draw --------------------------------------------------------------- */
 
-/* argmax, first index on ties (sampler_greedy's rule), with the running
+/* argmax, first index on ties (torch.argmax's rule), with the running
  * maximum kept in a register: this is on the hot path of every request. */
 static int64_t argmax(const float *w, int64_t V) {
     int64_t best = 0;
