@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "servelab/config.h"
-#include "servelab/sampling.h"
+#include "servelab/sample_row.h"
 
 /* A 2-D weight in backend memory, row-major (rows, cols), any float dtype. */
 typedef struct {

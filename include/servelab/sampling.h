@@ -18,8 +18,7 @@
 
 #include "servelab/core.h"
 #include "servelab/rng.h"
-
-#define SAMPLING_MAX_LOGPROBS 20
+#include "servelab/sample_row.h"
 
 typedef struct {
     int32_t n;                      /* completions per prompt (1) */
@@ -58,16 +57,6 @@ int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *er
 void sampling_params_copy(sampling_params_t *dst, const sampling_params_t *src);
 void sampling_params_free(sampling_params_t *p);
 
-typedef struct {
-    int32_t token;
-    /* The rest only with logprobs >= 0 (else zero). */
-    float logprob;                  /* raw logprob of `token` */
-    int32_t rank;                   /* 1 + number of raw logits > token's (vLLM counts ties too) */
-    int32_t n_top;                  /* min(logprobs, 20); best first, lower id first on ties */
-    int32_t top_ids[SAMPLING_MAX_LOGPROBS];
-    float top_logprobs[SAMPLING_MAX_LOGPROBS];
-} sample_result_t;
-
 /* Scratch reused across calls so the hot path does not allocate (row_ids and
  * row_bias grow to the longest history seen, then stay). One per thread that
  * samples; `counts` and `in_prompt` are all zero between calls. */
@@ -84,30 +73,6 @@ typedef struct {
 
 void sampler_scratch_init(sampler_scratch_t *s, int64_t V);
 void sampler_scratch_free(sampler_scratch_t *s);
-
-/* One request's sampling resolved for one row of logits: what sampler_run_u
- * and the device sampler take (kernels/cuda/kernels.h's slk_sample_row_t is
- * this type, so the fields are shared C; do not reorder them). Every
- * request-specific rule is applied here already: the clamped temperature,
- * min_tokens (whether to mask), the bias clamp, which history the penalties
- * need. The ids live in a flat array `ids` beside it, at the offsets below;
- * `bias` is parallel to `ids` (a bias value at the offset of its id). Ids
- * outside [0, V) are ignored wherever they appear. */
-typedef struct {
-    float temperature;          /* effective: 0 greedy; else >= 0.01 (vLLM's clamp) */
-    float top_p;                /* (0, 1]; 1 = off */
-    float min_p;                /* [0, 1]; 0 = off */
-    int32_t top_k;              /* <= 0 or >= V: off */
-    float repetition_penalty;   /* 1 = off */
-    float presence_penalty;     /* 0 = off */
-    float frequency_penalty;    /* 0 = off */
-    int32_t n_logprobs;         /* -1: none; else 0..SAMPLING_MAX_LOGPROBS top entries */
-    double u;                   /* uniform in [0, 1): the draw (unused when greedy) */
-    int32_t mask_off, n_mask;   /* ids[mask_off ..]: set to -inf (min_tokens: EOS and stop ids) */
-    int32_t bias_off, n_bias;   /* ids[bias_off ..] += bias[bias_off ..] (clamped to [-100, 100]) */
-    int32_t hist_off;           /* ids[hist_off ..]: n_prompt prompt tokens, then n_output output tokens */
-    int32_t n_prompt, n_output; /* the penalties' input: 0 when no penalty needs them */
-} sampling_row_t;
 
 /* Whether a request with p draws: sampler_run takes exactly one rng_uniform
  * per call when this is true (every call, even one whose tokens are all
