@@ -64,7 +64,7 @@ int slk_attention(void *out, const void *q, const void *k_cache, const void *v_c
                   void *workspace, size_t workspace_bytes, void *stream);
 
 /* ---- sampling on the device (sampling.cu) --------------------------------------
- * sampler_run_u (src/engine/sampling.c) on S rows of fp32 logits at once, so
+ * sampler_run_u (src/engine/sampler.c) on S rows of fp32 logits at once, so
  * that only the chosen tokens (and requested logprobs) cross PCIe. One row per
  * sequence, filled on the host by sampling_row_resolve (sample_row.h: the row
  * struct, the flat `ids` / `bias` arrays its offsets point into, and the

@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "servelab/kv_sizing.h"
+#include "servelab/sampler.h"
 
 enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,

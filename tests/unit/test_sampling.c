@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "servelab/sampler.h"
 #include "servelab/sampling.h"
 #include "test.h"
 
