@@ -19,6 +19,7 @@
 #include "servelab/batch.h"
 #include "servelab/model.h"
 #include "servelab/request.h"
+#include "servelab/sampler.h"
 #include "servelab/sampling.h"
 #include "servelab/scheduler.h"
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "servelab/config.h"
-#include "servelab/sampling.h"
+#include "servelab/sample_row.h"
 
 /* A 2-D weight in backend memory, row-major (rows, cols), any float dtype. */
 typedef struct {
@@ -51,7 +51,6 @@ struct sl_ops {
     void (*free)(void *ctx, void *p);
     void (*upload)(void *ctx, void *dst, const void *src, size_t n_bytes);
     void (*download)(void *ctx, void *dst, const void *src, size_t n_bytes);
-    void (*sync)(void *ctx);
     /* Prepares the calling thread to run ops (the engine thread calls it once;
      * CPU: applies the thread count, which OpenMP keeps per calling thread). */
     void (*thread_init)(void *ctx);

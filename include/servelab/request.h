@@ -15,7 +15,7 @@
 
 #include "servelab/detok.h"
 #include "servelab/kv_pool.h"
-#include "servelab/sampler.h"
+#include "servelab/rng.h"
 #include "servelab/sampling.h"
 
 typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } req_status_t;
@@ -34,7 +34,6 @@ const char *finish_reason_str(finish_reason_t f);
 struct engine_stream;
 
 typedef struct request {
-    uint64_t seq_no;            /* admission order key (FCFS) */
     int32_t index;              /* choice index within its client request (n > 1) */
     req_status_t status;
     int32_t *tokens;            /* (n_tokens) prompt, then generated tokens */
@@ -50,7 +49,6 @@ typedef struct request {
     int32_t stop_token;         /* matched stop token id (not EOS), or -1 */
     int32_t n_preemptions;
     int32_t n_cached_prompt;    /* prompt tokens served from the prefix cache at first admission */
-    bool aborted;               /* set by the engine thread when the stream is aborted */
     bool scheduled_once;
     /* Timestamps, seconds on the monotonic clock (0 = not yet): arrival at the
      * server, queued in the scheduler, first scheduled, first and last token. */

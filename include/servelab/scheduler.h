@@ -49,7 +49,6 @@ typedef struct {
     request_t **waiting;        /* a deque: waiting[wait_head .. wait_head + n_waiting) */
     int32_t wait_head, n_waiting, cap_waiting;
     int64_t n_preemptions;      /* total (vllm:num_preemptions_total) */
-    uint64_t next_seq_no;
     sched_output_t out;
     int32_t *hit_buf;           /* scratch for prefix lookups */
     int32_t hit_cap;

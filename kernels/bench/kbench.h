@@ -113,8 +113,8 @@ void kb_round(float *x, int64_t n, sl_dtype_t dt);
 void *kb_host_dt(const float *x, int64_t n, sl_dtype_t dt);
 
 /* |got - want| <= atol + rtol |want|, rtol = ulps * (one rounding of dt),
- * atol = rtol * max|want| * floor_frac (tests/kernels/kernel_test.h's
- * kt_close): 1 when close, else prints the worst element under `what`. */
+ * atol = rtol * max|want| * floor_frac (kernels/check.h's kt_close, the
+ * parity tests' rule): 1 when close, else prints the worst element under `what`. */
 int kb_close(const char *what, const float *got, const float *want, int64_t n, sl_dtype_t dt, double ulps,
              double floor_frac);
 /* The relative size of one rounding in dt. */

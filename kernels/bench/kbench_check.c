@@ -1,28 +1,28 @@
 /* kbench_check.c - the bench's inputs and comparisons: tiled random patterns
- * (kbench.h), dtype round trips, and kt_close from the GPU parity tests
- * (tests/kernels/kernel_test.h), so a benchmark validates with exactly the
- * tolerance rule the tests use.
+ * (kbench.h), dtype round trips, and kernels/check.h's generator, fill and
+ * kt_close, the rule the GPU parity tests use too, so a benchmark validates
+ * with exactly the tests' tolerance.
  *
- * The only file of the bench that includes kernel_test.h: its generator
- * (test_rng) has one state, seeded once here.
+ * The only file of the bench that includes check.h: the bench's generator
+ * has one state, here, seeded once.
  */
 #include <string.h>
 
+#include "check.h"
 #include "kbench.h"
-#include "kernel_test.h"
 
-void kb_seed(void) {
-    test_seed();
-    /* test.h's per-test bookkeeping is for RUN(); the bench has no tests to run. */
-    (void)test_cur_name, (void)test_cur_failed;
-}
+static uint64_t kb_rng_state;
 
-uint64_t kb_rand_below(uint64_t n) { return n ? test_rng() % n : 0; }
+static uint64_t kb_rng(void) { return kt_rng_next(&kb_rng_state); }
+
+void kb_seed(void) { kb_rng_state = kt_seed_from_env(); }
+
+uint64_t kb_rand_below(uint64_t n) { return n ? kb_rng() % n : 0; }
 
 void kb_pattern_init(kb_pattern_t *p, float lo, float hi, sl_dtype_t dt) {
     p->v = malloc((size_t)KB_PERIOD * sizeof(float));
     if (!p->v) abort();
-    kt_fill(p->v, KB_PERIOD, lo, hi, dt);
+    kt_fill_with(kb_rng, p->v, KB_PERIOD, lo, hi, dt);
 }
 
 void kb_pattern_free(kb_pattern_t *p) {

@@ -17,7 +17,7 @@
 
 #include "kbench.h"
 #include "kernels.h"
-#include "servelab/sampling.h"
+#include "servelab/sampler.h"
 
 typedef struct {
     const float *logits;

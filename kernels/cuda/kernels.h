@@ -16,7 +16,7 @@
 
 #include "servelab/config.h"
 #include "servelab/ops.h"
-#include "servelab/sampling.h"
+#include "servelab/sample_row.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,9 +64,9 @@ int slk_attention(void *out, const void *q, const void *k_cache, const void *v_c
                   void *workspace, size_t workspace_bytes, void *stream);
 
 /* ---- sampling on the device (sampling.cu) --------------------------------------
- * sampler_run_u (src/engine/sampling.c) on S rows of fp32 logits at once, so
+ * sampler_run_u (src/engine/sampler.c) on S rows of fp32 logits at once, so
  * that only the chosen tokens (and requested logprobs) cross PCIe. One row per
- * sequence, filled on the host by sampling_row_resolve (sampling.h: the row
+ * sequence, filled on the host by sampling_row_resolve (sample_row.h: the row
  * struct, the flat `ids` / `bias` arrays its offsets point into, and the
  * draw u, taken from the request's generator when sampling_draws). Results
  * are those of sampler_run_u on the same row, ids and bias: the same float32
@@ -85,7 +85,7 @@ typedef sampling_row_t slk_sample_row_t;
  * batch of at most S rows of the same V. */
 size_t slk_sample_workspace_bytes(int64_t S, int64_t V);
 /* Samples S rows of logits(S, V) fp32 into out (S) (device memory, the
- * struct of sampling.h). rows (S), ids and bias are device memory.
+ * struct of sample_row.h). rows (S), ids and bias are device memory.
  * `workspace` (slk_sample_workspace_bytes) must be zero-filled when
  * allocated (and again to use it with another V): the kernel leaves every
  * history count zero again. */

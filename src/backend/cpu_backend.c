@@ -25,7 +25,6 @@ static void cpu_copy(void *ctx, void *dst, const void *src, size_t n) {
     (void)ctx;
     if (dst != src) memcpy(dst, src, n);
 }
-static void cpu_sync(void *ctx) { (void)ctx; }
 
 static int cpu_n_threads; /* 0 = OpenMP's default */
 static void cpu_thread_init(void *ctx) {
@@ -92,7 +91,6 @@ static const sl_ops_t cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
-    .sync = cpu_sync,
     .thread_init = cpu_thread_init,
     .embed = op_embed,
     .rmsnorm = op_rmsnorm,

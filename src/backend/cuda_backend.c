@@ -253,11 +253,6 @@ static void cu_download(void *ctx, void *dst, const void *src, size_t n) {
     memset(dst, 0, n); /* defined contents; the caller learns of the failure from last_error */
 }
 
-static void cu_sync(void *ctx) {
-    cuda_ctx_t *c = ctx;
-    if (!c->failed) CU(c, cudaStreamSynchronize, (c->stream));
-}
-
 /* The current device is per host thread: the engine thread selects it here. */
 static void cu_thread_init(void *ctx) {
     cuda_ctx_t *c = ctx;
@@ -627,7 +622,6 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .free = cu_free,
         .upload = cu_upload,
         .download = cu_download,
-        .sync = cu_sync,
         .thread_init = cu_thread_init,
         .embed = op_embed,
         .rmsnorm = op_rmsnorm,

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "servelab/engine.h"
+#include "servelab/sampler.h"
 
 struct engine_stream {
     pthread_mutex_t mu;

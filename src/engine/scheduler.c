@@ -86,7 +86,6 @@ static void out_push(scheduler_t *s, request_t *r, int32_t n_new) {
 }
 
 void sched_add(scheduler_t *s, request_t *r) {
-    r->seq_no = s->next_seq_no++;
     r->status = REQ_WAITING;
     waiting_push_back(s, r);
 }

@@ -1,5 +1,5 @@
 /* test_kernels_sampling.c - the device sampler (kernels/cuda/sampling.cu)
- * against its CPU twin, sampler_run_u (src/engine/sampling.c).
+ * against its CPU twin, sampler_run_u (src/engine/sampler.c).
  *
  * Every batch: fresh random logits (seed printed) of one of three shapes
  * (spread, peaked, and coarse steps that make ties everywhere), rows
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "kernel_test.h"
-#include "servelab/sampling.h"
+#include "servelab/sampler.h"
 
 enum { MAX_S = 8, MAX_HIST = 600 };
 #define MAX_V 128256

@@ -12,6 +12,7 @@
  * pool small enough to preempt, and chunked prefill mix the rows.
  */
 #include "servelab/engine.h"
+#include "servelab/sampler.h"
 #include "test.h"
 
 #define MODEL_DIR "models/tiny"
