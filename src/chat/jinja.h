@@ -1,4 +1,4 @@
-/* jinja.h - private interface of the chat-template engine (src/model/jinja_*.c).
+/* jinja.h - private interface of the chat-template engine (src/chat/jinja_*.c).
  *
  * lex (source -> tokens, with Jinja's whitespace rules), parse + parse_expr (tokens ->
  * AST), value + print (refcounted Python-like values; str(), repr(), json.dumps),
@@ -90,7 +90,7 @@ typedef struct {
 typedef struct jnode jnode_t;
 typedef struct {
     jobj_t h;
-    int fn;             /* builtin id (jinja_builtins.c), or -1 for a macro */
+    int fn;             /* index into jinja_methods.c's table of builtins, or -1 for a macro */
     jv_t self;          /* bound object of a method */
     const jnode_t *macro;
     const char *name;
@@ -281,9 +281,9 @@ jv_t jx_iterate(jctx_t *c, jv_t v); /* a list (new ref) of what `for x in v` vis
 bool jx_contains(jctx_t *c, jv_t container, jv_t item);
 jv_t jx_binop(jctx_t *c, int op, jv_t a, jv_t b); /* Python a <op> b (jbinop_t), borrowed -> new */
 
-/* Builtin ids for filters, tests and methods are resolved at parse time. */
+/* Filters and tests are resolved at parse time to an index into their table. */
 int jb_filter_id(const char *name);  /* -1 unknown, -2 known to Jinja but unsupported */
-int jb_test_id(const char *name);
+int jb_test_id(const char *name);    /* -1 unknown */
 jv_t jb_filter(jctx_t *c, int id, jv_t v, int n_args, const jv_t *args, int n_kw,
                const char **kw_names, const jv_t *kw_vals);
 bool jb_test(jctx_t *c, int id, jv_t v, int n_args, const jv_t *args);
@@ -310,7 +310,7 @@ jv_t jx_slice(jctx_t *c, jv_t obj, const jnode_t *slice); /* obj[a:b:c]; slice i
 jscope_t *jx_root_scope(jctx_t *c);
 jv_t jb_str_format(jctx_t *c, jv_t fmt, jv_t args); /* "..." % args */
 
-/* String helpers shared by methods and filters (jinja_methods.c). `s` must be a str. */
+/* String helpers shared by methods and filters (jinja_str.c). `s` must be a str. */
 enum { JB_UPPER, JB_LOWER, JB_TITLE, JB_CAPITALIZE };
 jv_t jb_strip(jctx_t *c, jv_t s, jv_t chars, int which); /* which: 1 left, 2 right, 3 both */
 jv_t jb_case(jctx_t *c, jv_t s, int how);

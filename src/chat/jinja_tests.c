@@ -1,48 +1,17 @@
-/* jinja_tests.c - jinja2's tests (`x is defined`, `n is divisibleby 3`, ...), the
- * select / reject / selectattr / rejectattr filters that run them, and the stable
- * sort the sort and dictsort filters share.
- *
- * defined undefined none boolean true false integer float number string mapping
- * iterable sequence callable sameas escaped lower upper even odd divisibleby in eq ne
- * lt le gt ge (and the aliases ==, equalto, lessthan, greaterthan, ...), filter, test,
- * with jinja2's definitions: `integer` excludes bools, `number` includes them, an
- * Undefined is iterable and a sequence, a generator is iterable but not a sequence.
+/* jinja_tests.c - jinja2's tests (`x is defined`, `n is divisibleby 3`, ...): defined
+ * undefined none boolean true false integer float number string mapping iterable sequence
+ * callable sameas escaped lower upper even odd divisibleby in eq ne lt le gt ge (with the
+ * aliases ==, equalto, lessthan, greaterthan, ...) filter test, one small function each in
+ * a table that also holds its arity. jinja2's definitions: `integer` excludes bools,
+ * `number` includes them, an Undefined is iterable and a sequence, a generator is iterable
+ * but not a sequence. Also here: the selection select/reject/selectattr/rejectattr make
+ * with them, and the stable sort the sort and dictsort filters share.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "jinja.h"
-
-typedef struct {
-    const char *name;
-    int id;
-} named_t;
-
-enum {
-    TS_DEFINED, TS_UNDEFINED, TS_NONE, TS_BOOLEAN, TS_TRUE, TS_FALSE, TS_INTEGER, TS_FLOAT, TS_NUMBER,
-    TS_STRING, TS_MAPPING, TS_ITERABLE, TS_SEQUENCE, TS_CALLABLE, TS_SAMEAS, TS_ESCAPED, TS_LOWER, TS_UPPER,
-    TS_EVEN, TS_ODD, TS_DIVISIBLEBY, TS_IN, TS_EQ, TS_NE, TS_LT, TS_LE, TS_GT, TS_GE, TS_FILTER, TS_TEST,
-};
-static const named_t TESTS[] = {
-    {"defined", TS_DEFINED}, {"undefined", TS_UNDEFINED}, {"none", TS_NONE}, {"boolean", TS_BOOLEAN},
-    {"true", TS_TRUE}, {"false", TS_FALSE}, {"integer", TS_INTEGER}, {"float", TS_FLOAT},
-    {"number", TS_NUMBER}, {"string", TS_STRING}, {"mapping", TS_MAPPING}, {"iterable", TS_ITERABLE},
-    {"sequence", TS_SEQUENCE}, {"callable", TS_CALLABLE}, {"sameas", TS_SAMEAS},
-    {"escaped", TS_ESCAPED}, {"lower", TS_LOWER}, {"upper", TS_UPPER}, {"even", TS_EVEN},
-    {"odd", TS_ODD}, {"divisibleby", TS_DIVISIBLEBY}, {"in", TS_IN}, {"eq", TS_EQ}, {"equalto", TS_EQ},
-    {"==", TS_EQ}, {"ne", TS_NE}, {"!=", TS_NE}, {"lt", TS_LT}, {"lessthan", TS_LT}, {"<", TS_LT},
-    {"le", TS_LE}, {"<=", TS_LE}, {"gt", TS_GT}, {"greaterthan", TS_GT}, {">", TS_GT}, {"ge", TS_GE},
-    {">=", TS_GE}, {"filter", TS_FILTER}, {"test", TS_TEST},
-};
-
-static int lookup(const named_t *t, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(t[i].name, name)) return t[i].id;
-    return -1;
-}
-
-int jb_test_id(const char *name) { return lookup(TESTS, sizeof TESTS / sizeof *TESTS, name); }
 
 static bool run_test_by_name(jctx_t *c, jv_t name, jv_t v, int n_args, const jv_t *args) {
     if (name.t != JV_STR) jx_fail(c, CHAT_ERR_RENDER, "test name must be a string");
@@ -115,73 +84,144 @@ jv_t jb_sorted_by(jctx_t *c, jv_t items, jv_t keys, bool reverse) {
 
 /* ---- tests ------------------------------------------------------------------------- */
 
+/* A test: `v` is the value tested (borrowed); args holds exactly the entry's n_args. */
+typedef bool (*test_fn_t)(jctx_t *c, jv_t v, const jv_t *args);
+
+static bool t_defined(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t != JV_UNDEF; }
+static bool t_undefined(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_UNDEF; }
+static bool t_none(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_NONE; }
+static bool t_boolean(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_BOOL; }
+static bool t_true(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_BOOL && v.u.b; }
+static bool t_false(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_BOOL && !v.u.b; }
+static bool t_integer(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_INT; }
+static bool t_float(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_FLOAT; }
+static bool t_string(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_STR; }
+static bool t_mapping(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)args; return v.t == JV_DICT; }
+static bool t_escaped(jctx_t *c, jv_t v, const jv_t *args) { (void)c, (void)v, (void)args; return false; }
+
+static bool t_number(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
+}
+
+static bool t_iterable(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
+}
+
+static bool t_sequence(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_STR || (v.t == JV_LIST && jv_list(v)->kind != JL_GEN) || v.t == JV_DICT ||
+           v.t == JV_UNDEF;
+}
+
+static bool t_callable(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_FUNC || v.t == JV_UNDEF || v.t == JV_LOOP;
+}
+
+/* Python's `is`: what CPython would answer for values built the way templates build them. */
+static bool t_sameas(jctx_t *c, jv_t v, const jv_t *args) {
+    jv_t o = args[0];
+    if (v.t != o.t) return false;
+    if (v.t == JV_NONE || v.t == JV_UNDEF) return v.t == JV_NONE || v.u.o == o.u.o;
+    if (v.t == JV_BOOL) return v.u.b == o.u.b;
+    if (v.t == JV_INT) return v.u.i == o.u.i && v.u.i >= -5 && v.u.i <= 256;
+    if (v.t == JV_FLOAT) return false;
+    if (v.t == JV_STR) return jv_equal(c, v, o); /* CPython interns equal constants */
+    return v.u.o == o.u.o;
+}
+
+/* jinja2's lower/upper: str(v) equals its lower (upper) case and differs from its upper
+ * (lower) case, so a string without cased letters is neither. */
+static bool is_case(jctx_t *c, jv_t v, bool lower) {
+    jv_t s = jv_to_str(c, v);
+    jv_t m = jb_case(c, s, lower ? JB_LOWER : JB_UPPER), o = jb_case(c, s, lower ? JB_UPPER : JB_LOWER);
+    bool r = jv_equal(c, s, m) && !jv_equal(c, s, o);
+    jv_decref(c, s);
+    jv_decref(c, m);
+    jv_decref(c, o);
+    return r;
+}
+
+static bool t_lower(jctx_t *c, jv_t v, const jv_t *args) { (void)args; return is_case(c, v, true); }
+static bool t_upper(jctx_t *c, jv_t v, const jv_t *args) { (void)args; return is_case(c, v, false); }
+
 /* jinja2's even/odd: value % 2 == 0 / == 1 (so 2.5 is neither). */
 static bool test_mod2(jctx_t *c, jv_t v, int64_t want) {
     jv_t m = jx_binop(c, OP_MOD, v, jv_int(2));
     return jv_equal(c, m, jv_int(want));
 }
 
+static bool t_even(jctx_t *c, jv_t v, const jv_t *args) { (void)args; return test_mod2(c, v, 0); }
+static bool t_odd(jctx_t *c, jv_t v, const jv_t *args) { (void)args; return test_mod2(c, v, 1); }
+
+static bool t_divisibleby(jctx_t *c, jv_t v, const jv_t *args) {
+    jv_t m = jx_binop(c, OP_MOD, v, args[0]);
+    bool r = m.t == JV_FLOAT ? m.u.f == 0 : m.u.i == 0;
+    return r;
+}
+
+static bool t_in(jctx_t *c, jv_t v, const jv_t *args) { return jx_contains(c, args[0], v); }
+static bool t_eq(jctx_t *c, jv_t v, const jv_t *args) { return jv_equal(c, v, args[0]); }
+static bool t_ne(jctx_t *c, jv_t v, const jv_t *args) { return !jv_equal(c, v, args[0]); }
+static bool t_lt(jctx_t *c, jv_t v, const jv_t *args) { return jv_compare(c, v, args[0], "<") == -1; }
+static bool t_gt(jctx_t *c, jv_t v, const jv_t *args) { return jv_compare(c, v, args[0], ">") == 1; }
+
+static bool t_le(jctx_t *c, jv_t v, const jv_t *args) {
+    int r = jv_compare(c, v, args[0], "<=");
+    return r == -1 || r == 0;
+}
+
+static bool t_ge(jctx_t *c, jv_t v, const jv_t *args) {
+    int r = jv_compare(c, v, args[0], ">=");
+    return r == 1 || r == 0;
+}
+
+static bool t_filter(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_STR && jb_filter_id(jv_str(v)->s) >= 0;
+}
+
+static bool t_test(jctx_t *c, jv_t v, const jv_t *args) {
+    (void)c, (void)args;
+    return v.t == JV_STR && jb_test_id(jv_str(v)->s) >= 0;
+}
+
+/* Every test, aliases included; jb_test_id gives the index the parser stores. */
+static const struct {
+    const char *name;
+    test_fn_t fn;
+    int n_args; /* arguments after the tested value: exactly this many */
+} TESTS[] = {
+    {"defined", t_defined, 0}, {"undefined", t_undefined, 0}, {"none", t_none, 0},
+    {"boolean", t_boolean, 0}, {"true", t_true, 0}, {"false", t_false, 0}, {"integer", t_integer, 0},
+    {"float", t_float, 0}, {"number", t_number, 0}, {"string", t_string, 0},
+    {"mapping", t_mapping, 0}, {"iterable", t_iterable, 0}, {"sequence", t_sequence, 0},
+    {"callable", t_callable, 0}, {"sameas", t_sameas, 1}, {"escaped", t_escaped, 0},
+    {"lower", t_lower, 0}, {"upper", t_upper, 0}, {"even", t_even, 0}, {"odd", t_odd, 0},
+    {"divisibleby", t_divisibleby, 1}, {"in", t_in, 1},
+    {"eq", t_eq, 1}, {"equalto", t_eq, 1}, {"==", t_eq, 1},
+    {"ne", t_ne, 1}, {"!=", t_ne, 1},
+    {"lt", t_lt, 1}, {"lessthan", t_lt, 1}, {"<", t_lt, 1},
+    {"le", t_le, 1}, {"<=", t_le, 1},
+    {"gt", t_gt, 1}, {"greaterthan", t_gt, 1}, {">", t_gt, 1},
+    {"ge", t_ge, 1}, {">=", t_ge, 1},
+    {"filter", t_filter, 0}, {"test", t_test, 0},
+};
+#define N_TESTS ((int)(sizeof TESTS / sizeof *TESTS))
+
+int jb_test_id(const char *name) {
+    for (int i = 0; i < N_TESTS; i++)
+        if (!strcmp(TESTS[i].name, name)) return i;
+    return -1;
+}
+
 bool jb_test(jctx_t *c, int id, jv_t v, int n_args, const jv_t *args) {
-    static const int8_t N_ARGS[TS_TEST + 1] = {
-        [TS_SAMEAS] = 1, [TS_DIVISIBLEBY] = 1, [TS_IN] = 1, [TS_EQ] = 1, [TS_NE] = 1,
-        [TS_LT] = 1, [TS_LE] = 1, [TS_GT] = 1, [TS_GE] = 1};
-    if (n_args != N_ARGS[id])
-        jx_fail(c, CHAT_ERR_RENDER, "test takes %d argument%s but %d were given", N_ARGS[id],
-                N_ARGS[id] == 1 ? "" : "s", n_args);
-    switch (id) {
-    case TS_DEFINED: return v.t != JV_UNDEF;
-    case TS_UNDEFINED: return v.t == JV_UNDEF;
-    case TS_NONE: return v.t == JV_NONE;
-    case TS_BOOLEAN: return v.t == JV_BOOL;
-    case TS_TRUE: return v.t == JV_BOOL && v.u.b;
-    case TS_FALSE: return v.t == JV_BOOL && !v.u.b;
-    case TS_INTEGER: return v.t == JV_INT;
-    case TS_FLOAT: return v.t == JV_FLOAT;
-    case TS_NUMBER: return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
-    case TS_STRING: return v.t == JV_STR;
-    case TS_MAPPING: return v.t == JV_DICT;
-    case TS_ITERABLE: return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
-    case TS_SEQUENCE:
-        return v.t == JV_STR || (v.t == JV_LIST && jv_list(v)->kind != JL_GEN) || v.t == JV_DICT ||
-               v.t == JV_UNDEF;
-    case TS_CALLABLE: return v.t == JV_FUNC || v.t == JV_UNDEF || v.t == JV_LOOP;
-    case TS_SAMEAS: {
-        jv_t o = args[0];
-        if (v.t != o.t) return false;
-        if (v.t == JV_NONE || v.t == JV_UNDEF) return v.t == JV_NONE || v.u.o == o.u.o;
-        if (v.t == JV_BOOL) return v.u.b == o.u.b;
-        if (v.t == JV_INT) return v.u.i == o.u.i && v.u.i >= -5 && v.u.i <= 256;
-        if (v.t == JV_FLOAT) return false;
-        if (v.t == JV_STR) return jv_equal(c, v, o); /* CPython interns equal constants */
-        return v.u.o == o.u.o;
-    }
-    case TS_ESCAPED: return false;
-    case TS_LOWER:
-    case TS_UPPER: {
-        jv_t s = jv_to_str(c, v);
-        jv_t m = jb_case(c, s, id == TS_LOWER ? JB_LOWER : JB_UPPER), o = jb_case(c, s, id == TS_LOWER ? JB_UPPER : JB_LOWER);
-        bool r = jv_equal(c, s, m) && !jv_equal(c, s, o);
-        jv_decref(c, s);
-        jv_decref(c, m);
-        jv_decref(c, o);
-        return r;
-    }
-    case TS_EVEN: return test_mod2(c, v, 0);
-    case TS_ODD: return test_mod2(c, v, 1);
-    case TS_DIVISIBLEBY: {
-        jv_t m = jx_binop(c, OP_MOD, v, args[0]);
-        bool r = m.t == JV_FLOAT ? m.u.f == 0 : m.u.i == 0;
-        return r;
-    }
-    case TS_IN: return jx_contains(c, args[0], v);
-    case TS_EQ: return jv_equal(c, v, args[0]);
-    case TS_NE: return !jv_equal(c, v, args[0]);
-    case TS_LT: return jv_compare(c, v, args[0], "<") == -1;
-    case TS_LE: { int r = jv_compare(c, v, args[0], "<="); return r == -1 || r == 0; }
-    case TS_GT: return jv_compare(c, v, args[0], ">") == 1;
-    case TS_GE: { int r = jv_compare(c, v, args[0], ">="); return r == 1 || r == 0; }
-    case TS_FILTER: return v.t == JV_STR && jb_filter_id(jv_str(v)->s) >= 0;
-    case TS_TEST: return v.t == JV_STR && jb_test_id(jv_str(v)->s) >= 0;
-    }
-    jx_fail(c, CHAT_ERR_RENDER, "internal error: unknown test");
+    if (id < 0 || id >= N_TESTS) jx_fail(c, CHAT_ERR_RENDER, "internal error: unknown test");
+    int want = TESTS[id].n_args;
+    if (n_args != want)
+        jx_fail(c, CHAT_ERR_RENDER, "test takes %d argument%s but %d were given", want,
+                want == 1 ? "" : "s", n_args);
+    return TESTS[id].fn(c, v, args);
 }

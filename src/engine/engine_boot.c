@@ -32,8 +32,6 @@ void engine_config_default(engine_config_t *c) {
     c->sched = (sched_config_t){.max_num_batched_tokens = 2048, .max_num_seqs = 256, .enable_chunked_prefill = true};
 }
 
-static int32_t min32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
-
 /* --max-model-len against the checkpoint, and vLLM's budget rule: without
  * chunked prefill an unset budget grows to max_model_len. */
 static int resolve_lengths(engine_config_t *c, const model_config_t *mc, sl_err_t *err) {
@@ -86,6 +84,8 @@ static engine_t *assemble(const engine_config_t *c, llama_model_t *m, tokenizer_
 /* ---- CUDA -------------------------------------------------------------------- */
 
 #ifdef SERVELAB_HAVE_CUDA
+static int32_t min32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
+
 /* vLLM's _get_and_verify_dtype: auto keeps a bf16 checkpoint in bf16 and runs
  * fp32 and fp16 checkpoints in fp16. */
 static sl_dtype_t cuda_act_dtype(const engine_config_t *c, const model_config_t *mc) {

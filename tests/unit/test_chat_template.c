@@ -205,6 +205,55 @@ static void test_python_string_methods_and_filters(void) {
                  "Hello World  a\n  b3d");
 }
 
+/* One use of each filter, test and method the checks above and the corpus leave out, so a
+ * mistake in any of them fails a test. Expected values: jinja2 3.1.6 in the environment
+ * tests/chat_templates/make_expected.py sets up. */
+static void test_each_filter_test_and_method_renders_as_jinja2(void) {
+    CHECK_RENDER("{{ -3|abs }} {{ 2.5|abs }} {{ 2.567|round(2) }} {{ 2.1|round(method='ceil') }} "
+                 "{{ 7|round(-1) }} {{ '1.5'|float }} {{ 'x'|float(7) }} [{{ {'a': 1}|attr('a') }}] "
+                 "{{ 'ab'|attr('upper') is callable }}",
+                 "3 2.5 2.57 3.0 10 1.5 7 [] True");
+    CHECK_RENDER("{{ 'aXb'|upper }} {{ 'aXb'|lower }} {{ 'aXB b'|capitalize }} {{ '<a&\"\\'>'|e }} "
+                 "{{ '&'|escape }} {{ 'a-b-c'|replace('-', '+', 1) }} {{ '%s=%d'|format('n', 3) }} "
+                 "{{ 1|safe }} {{ none|d('x') }}",
+                 "AXB axb Axb b &lt;a&amp;&#34;&#39;&gt; &amp; a+b-c n=3 1 None");
+    CHECK_RENDER("{{ [3, 1, 3, 2]|unique|list }} {{ ['a', 'A']|unique|list }} {{ [1, 2, 3]|reverse|list }} "
+                 "{{ 'abc'|reverse }} {{ [1, 2, 3]|reject('odd')|list }} "
+                 "{{ [{'a': 1}, {'a': 0}]|rejectattr('a')|list }}",
+                 "[3, 1, 2] ['a'] [3, 2, 1] cba [2] [{'a': 0}]");
+    CHECK_RENDER("{{ [1, 2, 3]|sum }} {{ [{'n': 2}, {'n': 5}]|sum(attribute='n', start=1) }} "
+                 "{{ ['b', 'A', 'c']|min }} {{ ['b', 'A', 'c']|max }} {{ [{'n': 2}, {'n': 5}]|max(attribute='n') }} "
+                 "{{ [1, 2, 3]|first }} {{ [1, 2, 3]|last }} {{ 'abc'|count }}",
+                 "6 8 A c {'n': 5} 1 3 3");
+    CHECK_RENDER("{{ {'b': 1, 'a': 2}|items|list }} {{ {'b': 1, 'a': 2}|dictsort }} "
+                 "{{ {'b': 1, 'a': 2}|dictsort(by='value', reverse=true) }}",
+                 "[('b', 1), ('a', 2)] [('a', 2), ('b', 1)] [('a', 2), ('b', 1)]");
+    CHECK_RENDER("{{ [x is undefined, true is boolean, true is true, false is false, 1 is integer, 1.0 is float, "
+                 "true is number, 'a' is sequence, none is callable, 1 is sameas 1, 'a' is escaped] }}",
+                 "[True, True, True, True, True, True, True, True, False, True, False]");
+    CHECK_RENDER("{{ ['ab' is lower, 'AB' is upper, 2 is even, 14 is divisibleby 7, 1 is in [1], 1 is ne 2, "
+                 "1 is lt 2, 1 is le 1, 2 is gt 1, 2 is ge 3, 'upper' is filter, 'odd' is test] }}",
+                 "[True, True, True, True, True, True, True, True, True, False, True, True]");
+    CHECK_RENDER("{{ [1, 2, 3]|select('==', 2)|list }}{{ [1, 2, 3]|select('equalto', 2)|list }}"
+                 "{{ [1, 2, 3]|select('!=', 2)|list }}{{ [1, 2, 3]|select('lessthan', 2)|list }}"
+                 "{{ [1, 2, 3]|select('<=', 2)|list }}{{ [1, 2, 3]|select('greaterthan', 2)|list }}"
+                 "{{ [1, 2, 3]|select('>=', 2)|list }}",
+                 "[2][2][1, 3][1][1, 2][3][2, 3]");
+    CHECK_RENDER("{{ dict(a=1, b=[2]) }} {{ strftime_now('%%') }} {{ [1, 2, 2].count(2) }} {{ [1, 2, 2].index(2) }} "
+                 "{{ {'a': 1}.copy() }} {{ [1].copy() }} {{ {'a': 1}.get('a') }} {{ {'a': 1}.get('z', 0) }} "
+                 "{{ {'a': 1}.get('z') }} {{ {'a': 1}.keys()|list }} {{ {'a': 1}.values()|list }}",
+                 "{'a': 1, 'b': [2]} % 2 1 {'a': 1} [1] 1 0 None ['a'] [1]");
+    CHECK_RENDER("{{ '{}-{x}'.format(1, x=2) }} {{ 'ab.txt'.removesuffix('.txt') }} {{ 'ab'.removeprefix('a') }} "
+                 "{{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ 'a1'.isalnum() }} {{ ' '.isspace() }} "
+                 "{{ 'AB'.isupper() }} {{ 'ab'.islower() }}",
+                 "1-2 ab b True True True True True True");
+    CHECK_RENDER("{{ '-'.join(['a', 'b']) }} {{ 'abab'.count('b') }} {{ 'abab'.rindex('a') }} "
+                 "{{ 'abab'.index('b') }} {{ 'abab'.rfind('z') }} {{ 'abab'.find('b') }} {{ 'ÉA'.casefold() }} "
+                 "{{ 'aB'.capitalize() }} {{ 'ab'.endswith('b') }} {{ 'a\\nb'.splitlines() }} "
+                 "{{ 'a b c'.rsplit(' ', 1) }} {{ 'xax'.rstrip('x') }} {{ 'xax'.lstrip('x') }}",
+                 "a-b 2 2 1 -1 1 éa Ab True ['a', 'b'] ['a b', 'c'] xa ax");
+}
+
 static void test_messages_drop_null_keys_and_alias_reasoning(void) {
     sl_err_t err;
     char *o = render_ex("{{ messages[0] | tojson }}",
@@ -394,6 +443,7 @@ int main(void) {
     RUN(test_scoping_follows_jinja);
     RUN(test_loops_and_loop_variables);
     RUN(test_python_string_methods_and_filters);
+    RUN(test_each_filter_test_and_method_renders_as_jinja2);
     RUN(test_messages_drop_null_keys_and_alias_reasoning);
     RUN(test_raise_exception_message_is_the_templates);
     RUN(test_syntax_errors_report_line_and_column);
