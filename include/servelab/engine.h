@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "servelab/kv_pool.h"
 #include "servelab/model.h"
 #include "servelab/request.h"
 #include "servelab/sampling.h"
@@ -26,6 +27,7 @@ typedef struct {
     int32_t num_gpu_blocks_override;/* --num-gpu-blocks-override (0 = from memory) */
     int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (CPU default 4 GiB) */
     bool enable_prefix_caching;     /* (true) */
+    kv_hash_algo_t prefix_caching_hash_algo; /* --prefix-caching-hash-algo (sha256, the zero value) */
     sched_config_t sched;           /* budget, max seqs, max model len, chunking, static */
 } engine_config_t;
 

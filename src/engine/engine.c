@@ -95,7 +95,7 @@ engine_t *engine_create(const engine_config_t *cfg, llama_model_t *model, const 
         free(e);
         return NULL;
     }
-    kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching);
+    kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching, cfg->prefix_caching_hash_algo);
     sched_init(&e->sched, sc, &e->pool);
     batch_init(&e->batch, sc->max_num_batched_tokens, sc->max_num_seqs, max_blocks);
     e->logits = sl_malloc((size_t)sc->max_num_seqs * (size_t)model->cfg.vocab_size * sizeof(float));
