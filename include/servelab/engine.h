@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "servelab/kv_pool.h"
 #include "servelab/model.h"
 #include "servelab/model_runner.h"
 #include "servelab/request.h"
@@ -49,6 +50,7 @@ typedef struct {
     int32_t num_gpu_blocks_override;/* --num-gpu-blocks-override (0 = from memory) */
     int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (0: CPU 4 GiB; CUDA from the utilization) */
     bool enable_prefix_caching;     /* (true) */
+    kv_hash_algo_t prefix_caching_hash_algo; /* --prefix-caching-hash-algo (sha256, the zero value) */
     /* The scheduler: budget, max seqs, chunking, static batching. max_model_len
      * is the resolved --max-model-len (engine_create fills it in). */
     sched_config_t sched;

@@ -6,9 +6,13 @@
  * order so its tail is evicted before its prefix), reference counts, and a
  * hash map from a full block's chained hash to the block. A freed block keeps
  * its hash, so a later request can reuse it, until allocation evicts it.
- * Hashes: h_i = H(h_{i-1}, tokens of block i), 64-bit; h_{-1} a fixed seed.
- * One difference from vLLM: a second block with the same hash (computed by
- * two requests at once) is not registered; it is simply freed uncached.
+ * Hashes: h_i = H(h_{i-1}, tokens of block i, extra keys), H SHA-256 (vLLM's
+ * --prefix-caching-hash-algo sha256, its default) or xxh3_128, h_{-1} a fixed
+ * root; the map and the sequences keep the full digest and a hit needs every
+ * byte of it to match, so a block is only shared by prompts with the same
+ * prefix (a 64-bit hash here once could be made to collide, CVE-2025-25183's
+ * class of bug). One difference from vLLM: a second block with the same hash
+ * (computed by two requests at once) is not registered; it is freed uncached.
  * The device memory the block ids index is the backend's (model.h kv_cache_t).
  */
 #ifndef SERVELAB_KV_POOL_H
@@ -18,23 +22,38 @@
 #include <stdint.h>
 
 #define KV_NULL_BLOCK 0
+#define KV_HASH_BYTES 32
+#define KV_MAX_BLOCK_SIZE 256   /* a block's hashed bytes fit one stack buffer */
+
+/* --prefix-caching-hash-algo. Zero is the default, so a zeroed config gets it. */
+typedef enum {
+    KV_HASH_SHA256 = 0,     /* SHA-256, 32 bytes */
+    KV_HASH_XXHASH,         /* xxh3_128, 16 bytes: faster, not collision-resistant against crafted prompts */
+} kv_hash_algo_t;
+
+/* A block hash: the digest, zero-padded to 32 bytes (xxhash). Compared in full. */
+typedef struct {
+    uint8_t b[KV_HASH_BYTES];
+} kv_hash_t;
 
 typedef struct {
     int32_t ref_cnt;
     int32_t prev, next;     /* free queue links; -1 = none */
     bool in_free_queue;
     bool has_hash;
-    uint64_t hash;
+    kv_hash_t hash;
 } kv_block_t;
 
 typedef struct {
     int32_t n_blocks;       /* including the null block */
     int32_t block_size;
     bool enable_prefix_caching;
+    kv_hash_algo_t hash_algo;
     kv_block_t *blocks;     /* (n_blocks) */
     int32_t free_head, free_tail, n_free;
-    /* Open-addressing map hash -> block id (linear probing, backward-shift delete). */
-    uint64_t *map_keys;
+    /* Open-addressing map hash -> block id (linear probing, backward-shift delete);
+     * the slot comes from a key's first 8 bytes, a match needs all 32. */
+    kv_hash_t *map_keys;
     int32_t *map_vals;      /* -1 = empty slot */
     int64_t map_cap;        /* power of two */
     int64_t map_count;
@@ -48,10 +67,14 @@ typedef struct {
     int32_t *ids;
     int32_t n, cap;
     int32_t n_hashed;       /* leading full blocks registered in the cache */
-    uint64_t *hashes;       /* (n_hashed) chained hashes of those blocks */
+    kv_hash_t *hashes;      /* (n_hashed) chained hashes of those blocks */
 } kv_seq_blocks_t;
 
-void kv_pool_init(kv_pool_t *p, int32_t n_blocks, int32_t block_size, bool enable_prefix_caching);
+/* block_size <= KV_MAX_BLOCK_SIZE. The first use of SHA-256 fetches it from
+ * OpenSSL; if that fails (a broken OpenSSL configuration), the process exits
+ * with one line. */
+void kv_pool_init(kv_pool_t *p, int32_t n_blocks, int32_t block_size, bool enable_prefix_caching,
+                  kv_hash_algo_t hash_algo);
 void kv_pool_free(kv_pool_t *p);
 
 /* Fraction of usable blocks (all but the null block) that are referenced;
@@ -59,8 +82,19 @@ void kv_pool_free(kv_pool_t *p);
 double kv_pool_usage(const kv_pool_t *p);
 int32_t kv_pool_n_free(const kv_pool_t *p);
 
-/* Chained hash of one full block. */
-uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int32_t n);
+/* The flag's name of an algorithm ("sha256", "xxhash"), as vLLM spells it;
+ * kv_hash_algo_parse is its inverse, -1 for any other string. */
+const char *kv_hash_algo_name(kv_hash_algo_t algo);
+int kv_hash_algo_parse(const char *name);
+
+/* The parent of a sequence's first block. */
+extern const kv_hash_t KV_HASH_ROOT;
+
+/* Chained hash of one full block of n <= KV_MAX_BLOCK_SIZE tokens: writes
+ * H(parent, tokens) to *out, which may be parent itself (kv_pool.c gives the
+ * exact bytes hashed). Thread-safe. */
+void kv_block_hash(kv_hash_algo_t algo, const kv_hash_t *parent, const int32_t *tokens, int32_t n,
+                   kv_hash_t *out);
 
 /* Longest run of cached full blocks for `tokens`, limited to n_tokens - 1
  * tokens (the last token is always computed). Writes up to `max_out` block

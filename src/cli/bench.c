@@ -319,7 +319,7 @@ static int bench_scheduler(bench_args_t *a) {
         int32_t steps = (int32_t)a->steps, max_len = prompt + steps + 1;
         int32_t blocks = n * ((max_len + B - 1) / B) + 1;
         kv_pool_t pool;
-        kv_pool_init(&pool, blocks, B, true);
+        kv_pool_init(&pool, blocks, B, true, KV_HASH_SHA256);
         scheduler_t s;
         sched_config_t sc = {.max_num_batched_tokens = n * prompt, .max_num_seqs = n, .max_model_len = max_len,
                              .enable_chunked_prefill = true};

@@ -16,7 +16,7 @@
 enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,
     E_NO_PREFIX, E_CHUNKED, E_NO_CHUNKED, E_BATCHED, E_SEQS, E_BATCHING, E_SEED, E_THREADS,
-    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE,
+    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE, E_HASH_ALGO,
 };
 
 const struct option engine_long_options[] = {
@@ -28,6 +28,7 @@ const struct option engine_long_options[] = {
     {"kv-cache-memory-bytes", required_argument, 0, E_KV_BYTES},
     {"enable-prefix-caching", no_argument, 0, E_PREFIX},
     {"no-enable-prefix-caching", no_argument, 0, E_NO_PREFIX},
+    {"prefix-caching-hash-algo", required_argument, 0, E_HASH_ALGO},
     {"enable-chunked-prefill", no_argument, 0, E_CHUNKED},
     {"no-enable-chunked-prefill", no_argument, 0, E_NO_CHUNKED},
     {"max-num-batched-tokens", required_argument, 0, E_BATCHED},
@@ -48,7 +49,8 @@ const char *engine_usage =
     "engine flags: [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|float16]\n"
     "  [--load-format auto|safetensors|dummy] [--max-model-len N] [--block-size 16]\n"
     "  [--gpu-memory-utilization 0.9] [--num-gpu-blocks-override N] [--kv-cache-memory-bytes N]\n"
-    "  [--[no-]enable-prefix-caching] [--[no-]enable-chunked-prefill] [--max-num-batched-tokens 2048]\n"
+    "  [--[no-]enable-prefix-caching] [--prefix-caching-hash-algo sha256|xxhash]\n"
+    "  [--[no-]enable-chunked-prefill] [--max-num-batched-tokens 2048]\n"
     "  [--max-num-seqs 256] [--enforce-eager] [--cuda-graph-sizes N|N,N,...] [--max-seq-len-to-capture 8192]\n"
     "  [--batching continuous|static] [--seed 0] [--threads N] [--skip-warmup]\n";
 
@@ -83,6 +85,15 @@ int engine_args_handle(engine_config_t *a, int c, const char *v) {
         return 1;
     case E_PREFIX: a->enable_prefix_caching = true; return 1;
     case E_NO_PREFIX: a->enable_prefix_caching = false; return 1;
+    case E_HASH_ALGO: {
+        /* vLLM's sha256_cbor and xxhash_cbor are refused; src/engine/kv_pool.c's header says why. */
+        int h = kv_hash_algo_parse(v);
+        if (h < 0)
+            cli_usage_error("", "argument --prefix-caching-hash-algo: invalid choice: '%s' (choose from 'sha256', "
+                            "'xxhash')", v);
+        a->prefix_caching_hash_algo = (kv_hash_algo_t)h;
+        return 1;
+    }
     case E_CHUNKED: a->sched.enable_chunked_prefill = true; return 1;
     case E_NO_CHUNKED: a->sched.enable_chunked_prefill = false; return 1;
     case E_BATCHED:

@@ -2,7 +2,8 @@
  *
  *   --device auto|cpu|cuda --dtype --load-format --max-model-len --block-size
  *   --gpu-memory-utilization --num-gpu-blocks-override --kv-cache-memory-bytes
- *   --[no-]enable-prefix-caching --[no-]enable-chunked-prefill --max-num-batched-tokens
+ *   --[no-]enable-prefix-caching --prefix-caching-hash-algo sha256|xxhash
+ *   --[no-]enable-chunked-prefill --max-num-batched-tokens
  *   --max-num-seqs --enforce-eager --cuda-graph-sizes --max-seq-len-to-capture
  *   --batching continuous|static --seed --threads --skip-warmup (lab)
  *

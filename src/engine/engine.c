@@ -93,7 +93,7 @@ engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, toke
     e->runner.model = &e->model; /* the engine owns the model from here on */
     e->tok = tok;
     e->max_request_tokens = pool_tokens;
-    kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching);
+    kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching, cfg->prefix_caching_hash_algo);
     sched_init(&e->sched, sc, &e->pool);
     e->sampled = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->sampled);
     e->results = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->results);

@@ -4,7 +4,9 @@
 Checks that outputs keep input order whatever the engine interleaves, that
 per-line sampling fields apply (max_tokens, n, stop, logprobs, seed, greedy),
 that a request's greedy tokens are the same in a batch as alone and with
---batching static, and that a bad line is refused with FILE:LINE and exit 1.
+--batching static and with xxhash block hashes (a repeated prompt then hits
+the prefix cache), that a bad line is refused with FILE:LINE and exit 1, and
+that a --prefix-caching-hash-algo vLLM has but servelab lacks exits 2.
 Prints one line per check and "N passed, N failed".
 """
 import argparse
@@ -65,6 +67,13 @@ def main():
     _, static, _ = generate(args.servelab, args.model, lines, "--batching", "static", "--max-num-seqs", "4")
     check("greedy tokens same alone and in the batch", alone and alone[0]["token_ids"] == outs[7]["token_ids"])
     check("greedy tokens same with static batching", static and static[7]["token_ids"] == outs[7]["token_ids"])
+    # xxh3_128 block hashes: the same greedy tokens, and a repeated prompt (lines[9], 47 tokens) hits the cache.
+    _, xx, _ = generate(args.servelab, args.model, lines + [lines[9]], "--prefix-caching-hash-algo", "xxhash")
+    check("greedy tokens same with --prefix-caching-hash-algo xxhash, repeated prompt served from the cache",
+          len(xx) == len(outs) + 1 and all(xx[i]["token_ids"] == outs[i]["token_ids"] for i in range(len(outs))
+                                           if i != 3) and
+          xx[-1]["token_ids"] == outs[9]["token_ids"] and xx[-1]["num_cached_tokens"] > 0,
+          json.dumps(xx[-1] if xx else None)[-300:])
 
     # A stop string taken from the greedy text itself.
     text = outs[11]["text"]
@@ -89,6 +98,13 @@ def main():
         check(f"bad line ({name}) refused", res.returncode == 1 and not outs_bad and err and
               err[-1].startswith("servelab: error: ") and ":2: " in err[-1] and words in err[-1],
               res.stderr[-300:])
+    # An engine flag's bad choice: argparse's message, exit 2. The CBOR variants of vLLM's hash are not offered.
+    for algo in ["sha256_cbor", "builtin"]:
+        res, outs_bad, _ = generate(args.servelab, args.model, [lines[0]], "--prefix-caching-hash-algo", algo)
+        want = (f"servelab: error: argument --prefix-caching-hash-algo: invalid choice: '{algo}' "
+                "(choose from 'sha256', 'xxhash')")
+        check(f"--prefix-caching-hash-algo {algo} refused", res.returncode == 2 and not outs_bad and
+              res.stderr.strip().splitlines()[-1:] == [want], res.stderr[-300:])
     res, outs_bad, _ = generate(args.servelab, args.model, [dict(lines[0], temperature=-1)])
     check("out-of-range parameter refused per prompt", res.returncode == 1 and "temperature" in res.stderr,
           res.stderr[-300:])

@@ -365,7 +365,8 @@ def main():
               all(v == 0 for _, _, v in fams["vllm:request_success_total"]["samples"]), reasons)
         info = fams["vllm:cache_config_info"]["samples"][0][1]
         check("cache_config_info carries the cache config", info.get("block_size") == "16" and
-              info.get("num_gpu_blocks") == "24" and info.get("enable_prefix_caching") == "True", info)
+              info.get("num_gpu_blocks") == "24" and info.get("enable_prefix_caching") == "True" and
+              info.get("prefix_caching_hash_algo") == "sha256", info)
         check("process_* metrics", all(f in fams for f in (
             "process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
             "process_start_time_seconds")), sorted(fams)[:20])

@@ -293,6 +293,8 @@ static void test_every_child_exists_at_zero_before_any_request(void) {
     char *text = metrics_render(g.m, false, &len);
     CHECK_STR_CONTAINS(text, "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\"");
     CHECK_STR_CONTAINS(text, "enable_prefix_caching=\"True\",engine=\"0\"");
+    /* A zeroed config's hash is vLLM's default, sha256. */
+    CHECK_STR_CONTAINS(text, "num_gpu_blocks_override=\"None\",prefix_caching_hash_algo=\"sha256\",sliding_window");
     free(text);
     rig_free(&g);
 }

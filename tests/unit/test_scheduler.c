@@ -26,7 +26,7 @@ typedef struct {
 
 static void fx_init(fixture_t *f, int32_t n_blocks, bool prefix_caching, sched_config_t cfg) {
     memset(f, 0, sizeof *f);
-    kv_pool_init(&f->pool, n_blocks, B, prefix_caching);
+    kv_pool_init(&f->pool, n_blocks, B, prefix_caching, KV_HASH_SHA256);
     sched_init(&f->s, &cfg, &f->pool);
 }
 
