@@ -29,17 +29,13 @@
 
 #include "servelab/bench_cli.h"
 #include "servelab/core.h"
+#include "servelab/rng.h"
 
 /* ---- rng + stats (stats.c) ------------------------------------------------------------- */
 
-/* xoshiro256** seeded through splitmix64: the streams differ from numpy's, the
- * distributions do not. */
-typedef struct {
-    uint64_t s[4];
-} bench_rng_t;
-void bench_rng_seed(bench_rng_t *r, uint64_t seed);
-uint64_t bench_rng_next(bench_rng_t *r);
-double bench_rng_uniform(bench_rng_t *r);                          /* [0, 1) */
+/* The engine's generator (rng.h: xoshiro256** seeded through splitmix64): the streams
+ * differ from numpy's, the distributions do not. */
+typedef sl_rng_t bench_rng_t;
 int64_t bench_rng_range(bench_rng_t *r, int64_t lo, int64_t hi);   /* uniform in [lo, hi] */
 double bench_rng_gamma(bench_rng_t *r, double shape, double scale); /* Marsaglia-Tsang */
 

@@ -414,7 +414,7 @@ static int build_custom(const bench_args_t *a, const bench_server_t *s, bench_rn
 int bench_dataset_build(const bench_args_t *a, const bench_server_t *s, bench_sample_t **out, int64_t *n,
                         sl_err_t *err) {
     bench_rng_t rng;
-    bench_rng_seed(&rng, (uint64_t)a->seed);
+    rng_seed(&rng, (uint64_t)a->seed);
     if (!strcmp(a->dataset_name, "custom")) return build_custom(a, s, &rng, out, n, err);
     pool_t pool = {0};
     int64_t n_special = 0;

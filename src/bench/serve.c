@@ -196,7 +196,7 @@ int bench_serve_main(int argc, char **argv) {
 
     double *delays = sl_malloc((size_t)n * sizeof *delays);
     bench_rng_t rng;
-    bench_rng_seed(&rng, (uint64_t)a.seed ^ 0x9e3779b97f4a7c15ull);
+    rng_seed(&rng, (uint64_t)a.seed ^ 0x9e3779b97f4a7c15ull);
     bench_arrivals(&ac, n, &rng, delays, NULL);
     bench_output_t *outs = sl_calloc((size_t)n, sizeof *outs);
     for (int64_t i = 0; i < n; i++) outs[i].prompt_len = samples[i].prompt_len; /* until usage says */

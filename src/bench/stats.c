@@ -1,4 +1,4 @@
-/* stats.c - the numbers behind `bench serve`: a seeded generator, Gamma-distributed
+/* stats.c - the numbers behind `bench serve`: draws from the seeded generator (rng.h), Gamma-distributed
  * arrivals, and numpy's mean/std/median/percentile.
  *
  * Arrivals follow vLLM's get_request(): i.i.d. Gamma gaps (shape = burstiness, scale =
@@ -14,53 +14,25 @@
 
 #include "bench.h"
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void bench_rng_seed(bench_rng_t *r, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t bench_rng_next(bench_rng_t *r) {
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-double bench_rng_uniform(bench_rng_t *r) { return (double)(bench_rng_next(r) >> 11) * 0x1.0p-53; }
-
 int64_t bench_rng_range(bench_rng_t *r, int64_t lo, int64_t hi) {
     SL_ASSERT(lo <= hi);
     uint64_t span = (uint64_t)(hi - lo) + 1, x;
-    if (span == 0) return (int64_t)bench_rng_next(r); /* the full 64-bit range */
+    if (span == 0) return (int64_t)rng_next(r); /* the full 64-bit range */
     uint64_t limit = UINT64_MAX - UINT64_MAX % span;  /* reject the biased tail */
-    do x = bench_rng_next(r);
+    do x = rng_next(r);
     while (x >= limit);
     return lo + (int64_t)(x % span);
 }
 
 static double rng_normal(bench_rng_t *r) {
-    double u1 = 1.0 - bench_rng_uniform(r), u2 = bench_rng_uniform(r); /* u1 in (0, 1] */
+    double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r); /* u1 in (0, 1] */
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) /* 2 pi */;
 }
 
 double bench_rng_gamma(bench_rng_t *r, double shape, double scale) {
     SL_ASSERT(shape > 0 && scale > 0);
     if (shape < 1.0) { /* Gamma(a) = Gamma(a+1) * U^(1/a) */
-        double u = 1.0 - bench_rng_uniform(r);
+        double u = 1.0 - rng_uniform(r);
         return bench_rng_gamma(r, shape + 1.0, scale) * pow(u, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
@@ -68,7 +40,7 @@ double bench_rng_gamma(bench_rng_t *r, double shape, double scale) {
         double x = rng_normal(r), v = 1.0 + c * x;
         if (v <= 0.0) continue;
         v = v * v * v;
-        double u = 1.0 - bench_rng_uniform(r);
+        double u = 1.0 - rng_uniform(r);
         if (u < 1.0 - 0.0331 * x * x * x * x) return d * v * scale;
         if (log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v * scale;
     }

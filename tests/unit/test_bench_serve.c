@@ -52,7 +52,7 @@ static void test_percentile_matches_numpy_bit_for_bit(void) {
 
 static void test_gamma_mean_and_variance_match_shape_and_scale(void) {
     bench_rng_t r;
-    bench_rng_seed(&r, 7);
+    rng_seed(&r, 7);
     double shapes[] = {0.5, 1.0, 4.0};
     for (int s = 0; s < 3; s++) {
         double k = shapes[s], theta = 0.02, sum = 0, sq = 0;
@@ -75,7 +75,7 @@ static void test_gamma_mean_and_variance_match_shape_and_scale(void) {
 
 static void test_arrivals_span_num_prompts_over_rate(void) {
     bench_rng_t r;
-    bench_rng_seed(&r, 0);
+    rng_seed(&r, 0);
     double d[100];
     bench_arrival_cfg_t c = {.rate = 10, .burstiness = 1.0};
     bench_arrivals(&c, 100, &r, d, NULL);
