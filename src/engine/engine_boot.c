@@ -47,17 +47,21 @@ static int resolve_lengths(engine_config_t *c, const model_config_t *mc, sl_err_
     return 0;
 }
 
+/* A step that failed may have failed on the device: err gets the backend's
+ * own message after its own, "... (CUDA error: ...)". */
+static void add_device_error(const sl_ops_t *ops, sl_err_t *err) {
+    char msg[SL_ERR_LEN], what[SL_ERR_LEN];
+    if (!ops->last_error || !ops->last_error(ops->ctx, msg, sizeof msg)) return;
+    snprintf(what, sizeof what, "%s", err->msg);
+    sl_fail(err, "%s (%s)", what, msg);
+}
+
 /* The model and tokenizer on `ops`; frees what it made on failure. */
 static int load_model(const engine_config_t *c, const model_load_opts_t *load, const sl_ops_t *ops,
                       llama_model_t *m, tokenizer_t **tok, sl_err_t *err) {
     if (!(*tok = tok_load(c->model_dir, err))) return -1;
     if (llama_init(m, c->model_dir, load, ops, c->sched.max_num_batched_tokens, c->sched.max_num_seqs, err)) {
-        char msg[SL_ERR_LEN];
-        if (ops->last_error && ops->last_error(ops->ctx, msg, sizeof msg)) {
-            char what[SL_ERR_LEN];
-            snprintf(what, sizeof what, "%s", err->msg);
-            sl_fail(err, "%s (%s)", what, msg);
-        }
+        add_device_error(ops, err);
         tok_free(*tok);
         *tok = NULL;
         return -1;
@@ -69,13 +73,7 @@ static int load_model(const engine_config_t *c, const model_load_opts_t *load, c
 static engine_t *assemble(const engine_config_t *c, llama_model_t *m, tokenizer_t *tok, sl_err_t *err) {
     engine_t *e = engine_assemble(c, m, tok, err);
     if (e) return e;
-    const sl_ops_t *ops = m->ops;
-    char msg[SL_ERR_LEN];
-    if (ops->last_error && ops->last_error(ops->ctx, msg, sizeof msg)) {
-        char what[SL_ERR_LEN];
-        snprintf(what, sizeof what, "%s", err->msg);
-        sl_fail(err, "%s (%s)", what, msg);
-    }
+    add_device_error(m->ops, err);
     llama_free(m);
     tok_free(tok);
     return NULL;
