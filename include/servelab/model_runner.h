@@ -61,7 +61,7 @@ typedef struct {
     float *logits;
     bool sample_on_device;
     /* Sampling buffers. */
-    sampler_scratch_t *scratch; /* (n_scratch) one per OpenMP thread */
+    sampler_scratch_t *scratch; /* (n_scratch) one per pool thread (parallel.h) */
     int n_scratch;
     sampling_row_t *rows;       /* (max_seqs) device sampling: the step's resolved rows */
     int32_t *row_ids;           /* (row_cap) their flat ids and bias */

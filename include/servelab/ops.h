@@ -52,7 +52,7 @@ struct sl_ops {
     void (*upload)(void *ctx, void *dst, const void *src, size_t n_bytes);
     void (*download)(void *ctx, void *dst, const void *src, size_t n_bytes);
     /* Prepares the calling thread to run ops (the engine thread calls it once;
-     * CPU: applies the thread count, which OpenMP keeps per calling thread). */
+     * CUDA: selects the device). May be NULL. */
     void (*thread_init)(void *ctx);
 
     /* out(T, hidden) = table[ids[t]] */
@@ -137,7 +137,8 @@ struct sl_ops {
     void (*graph_free)(void *ctx, void *graph);
 };
 
-/* The CPU backend (OpenMP). `n_threads` <= 0 uses OpenMP's default. */
+/* The CPU backend. `n_threads` sets the size of the process's worker pool
+ * (servelab/parallel.h); <= 0: the CPUs this process may run on. */
 const sl_ops_t *cpu_backend_init(int n_threads);
 
 /* ---- The CUDA backend (src/backend/cuda_backend.c) -------------------------

@@ -24,40 +24,54 @@ static int64_t seq_of_token(const int32_t *query_start, int64_t S, int64_t t) {
     return lo;
 }
 
+typedef struct {
+    float *out;
+    const float *q, *kc, *vc;
+    const int32_t *positions, *query_start, *block_tables;
+    int64_t S, max_blocks, H, Hkv, D, B;
+    float scale;
+} attn_args_t;
+
+/* Items i = t * H + h in [i0, i1): one query head of one token each. */
+static void attention_items(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    const attn_args_t *a = arg;
+    int64_t H = a->H, Hkv = a->Hkv, D = a->D, B = a->B, group = H / Hkv;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t t = i / H, h = i % H;
+        int64_t s = seq_of_token(a->query_start, a->S, t);
+        const int32_t *table = a->block_tables + s * a->max_blocks;
+        const float *qv = a->q + (t * H + h) * D;
+        int64_t kvh = h / group;
+        float acc[ATTN_MAX_D];
+        float m = -INFINITY, l = 0.0f;
+        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+        for (int64_t p = 0; p <= a->positions[t]; p++) {
+            int64_t slot = (int64_t)table[p / B] * B + p % B;
+            const float *kv = a->kc + (slot * Hkv + kvh) * D;
+            const float *vv = a->vc + (slot * Hkv + kvh) * D;
+            float score = 0.0f;
+#pragma omp simd reduction(+ : score)
+            for (int64_t d = 0; d < D; d++) score += qv[d] * kv[d];
+            score *= a->scale;
+            float m_new = score > m ? score : m;
+            float c = expf(m - m_new), e = expf(score - m_new);
+            l = l * c + e;
+#pragma omp simd
+            for (int64_t d = 0; d < D; d++) acc[d] = acc[d] * c + e * vv[d];
+            m = m_new;
+        }
+        float *o = a->out + (t * H + h) * D;
+        for (int64_t d = 0; d < D; d++) o[d] = acc[d] / l;
+    }
+}
+
 void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,
                    const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
     SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0);
-    int64_t group = H / Hkv;
+    attn_args_t a = {out, q, kc, vc, positions, query_start, block_tables, S, max_blocks, H, Hkv, D, B, scale};
     /* The work is about T * H * D * (context): bound the context by the block tables. */
-#pragma omp parallel for collapse(2) schedule(static) if (T * H * D * max_blocks * B >= CPU_PAR_MIN_WORK)
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t h = 0; h < H; h++) {
-            int64_t s = seq_of_token(query_start, S, t);
-            const int32_t *table = block_tables + s * max_blocks;
-            const float *qv = q + (t * H + h) * D;
-            int64_t kvh = h / group;
-            float acc[ATTN_MAX_D];
-            float m = -INFINITY, l = 0.0f;
-            for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-            for (int64_t p = 0; p <= positions[t]; p++) {
-                int64_t slot = (int64_t)table[p / B] * B + p % B;
-                const float *kv = kc + (slot * Hkv + kvh) * D;
-                const float *vv = vc + (slot * Hkv + kvh) * D;
-                float score = 0.0f;
-#pragma omp simd reduction(+ : score)
-                for (int64_t d = 0; d < D; d++) score += qv[d] * kv[d];
-                score *= scale;
-                float m_new = score > m ? score : m;
-                float c = expf(m - m_new), e = expf(score - m_new);
-                l = l * c + e;
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) acc[d] = acc[d] * c + e * vv[d];
-                m = m_new;
-            }
-            float *o = out + (t * H + h) * D;
-            for (int64_t d = 0; d < D; d++) o[d] = acc[d] / l;
-        }
-    }
+    cpu_parallel_for(T * H * D * max_blocks * B, T * H, attention_items, &a);
 }

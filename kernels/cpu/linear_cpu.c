@@ -1,16 +1,17 @@
 /* linear_cpu.c - out(T, N) = in(T, K) . w(N, K)^T with F32/F16/BF16 weights.
  *
- * Threads split the output features N, so each thread streams its own slice
- * of the weight matrix once per tile of tokens. At T == 1 (decode) the op is
- * a GEMV bound by memory bandwidth: BF16 weights are widened inside the dot
- * product, never copied. For T > 1 a weight row is widened once into a
- * thread-local buffer and reused for a tile of tokens, four tokens per pass.
+ * Threads take chunks of the output features N, so each streams its own
+ * slice of the weight matrix once per tile of tokens. At T == 1 (decode) the
+ * op is a GEMV bound by memory bandwidth: BF16 weights are widened inside the
+ * dot product, never copied. For T > 1 a weight row is widened once into the
+ * chunk's buffer and reused for a tile of tokens, four tokens per pass.
  * Dot products are `omp simd` reductions (vector partial sums), and the hot
  * functions are cloned for AVX2 with a plain x86-64 fallback picked at
  * load time, so one binary runs everywhere.
  */
 #include "ops_cpu.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "servelab/core.h"
@@ -62,13 +63,13 @@ static float dot_bf16(const uint16_t *restrict w, const float *restrict x, int64
     return acc;
 }
 
+/* Output features [n0, n1) of tokens [t0, t1). */
 HOT_CLONES
 static void linear_rows(float *restrict out, const float *restrict in, const void *w,
-                        sl_dtype_t dt, int64_t t0, int64_t t1, int64_t N, int64_t K,
-                        float *restrict row) {
+                        sl_dtype_t dt, int64_t t0, int64_t t1, int64_t n0, int64_t n1, int64_t N,
+                        int64_t K, float *restrict row) {
     size_t row_bytes = (size_t)K * dtype_size(dt);
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = n0; n < n1; n++) {
         const void *wr = (const uint8_t *)w + (size_t)n * row_bytes;
         if (t1 - t0 == 1 && dt == DTYPE_BF16) {
             out[t0 * N + n] = dot_bf16(wr, in + t0 * K, K);
@@ -89,16 +90,30 @@ static void linear_rows(float *restrict out, const float *restrict in, const voi
     }
 }
 
+typedef struct {
+    float *out;
+    const float *in;
+    const void *w;
+    sl_dtype_t dt;
+    int64_t T, N, K;
+} linear_args_t;
+
+/* A chunk of output features, for every tile of tokens. */
+static void linear_chunk(void *arg, int64_t n0, int64_t n1, int worker) {
+    (void)worker;
+    const linear_args_t *a = arg;
+    bool widen = a->dt != DTYPE_F32 && !(a->T == 1 && a->dt == DTYPE_BF16);
+    float *row = widen ? sl_malloc((size_t)a->K * sizeof(float)) : NULL;
+    for (int64_t t0 = 0; t0 < a->T; t0 += LINEAR_TILE_T) {
+        int64_t t1 = t0 + LINEAR_TILE_T < a->T ? t0 + LINEAR_TILE_T : a->T;
+        linear_rows(a->out, a->in, a->w, a->dt, t0, t1, n0, n1, a->N, a->K, row);
+    }
+    free(row);
+}
+
 void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
                 int64_t K) {
     SL_ASSERT(dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16);
-#pragma omp parallel if (T * N * K >= CPU_PAR_MIN_WORK)
-    {
-        float *row = dt == DTYPE_F32 ? NULL : sl_malloc((size_t)K * sizeof(float));
-        for (int64_t t0 = 0; t0 < T; t0 += LINEAR_TILE_T) {
-            int64_t t1 = t0 + LINEAR_TILE_T < T ? t0 + LINEAR_TILE_T : T;
-            linear_rows(out, in, w, dt, t0, t1, N, K, row);
-        }
-        free(row);
-    }
+    linear_args_t a = {out, in, w, dt, T, N, K};
+    cpu_parallel_for(T * N * K, N, linear_chunk, &a);
 }

@@ -11,53 +11,96 @@
 
 #include "servelab/core.h"
 
-void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
-               int64_t T) {
-    size_t row_bytes = (size_t)n * dtype_size(dt);
-#pragma omp parallel for schedule(static) if (T * n >= CPU_PAR_MIN_WORK)
-    for (int64_t t = 0; t < T; t++)
-        dtype_to_f32(out + t * n, (const uint8_t *)table + (size_t)ids[t] * row_bytes, dt, n);
+typedef struct {
+    float *out;
+    const void *table;
+    sl_dtype_t dt;
+    int64_t n;
+    const int32_t *ids;
+} embed_args_t;
+
+static void embed_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    const embed_args_t *a = arg;
+    size_t row_bytes = (size_t)a->n * dtype_size(a->dt);
+    for (int64_t t = t0; t < t1; t++)
+        dtype_to_f32(a->out + t * a->n, (const uint8_t *)a->table + (size_t)a->ids[t] * row_bytes, a->dt, a->n);
 }
 
-void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
-                 float eps) {
-#pragma omp parallel for schedule(static) if (T * n >= CPU_PAR_MIN_WORK)
-    for (int64_t t = 0; t < T; t++) {
-        const float *x = in + t * n;
-        float *y = out + t * n;
+void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
+               int64_t T) {
+    embed_args_t a = {out, table, dt, n, ids};
+    cpu_parallel_for(T * n, T, embed_rows, &a);
+}
+
+typedef struct {
+    float *out;
+    const float *in;
+    const void *w;
+    sl_dtype_t dt;
+    int64_t n;
+    float eps;
+} rmsnorm_args_t;
+
+static void rmsnorm_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    const rmsnorm_args_t *a = arg;
+    int64_t n = a->n;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = a->in + t * n;
+        float *y = a->out + t * n;
         float ss = 0.0f;
         for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
-        float r = 1.0f / sqrtf(ss / (float)n + eps);
+        float r = 1.0f / sqrtf(ss / (float)n + a->eps);
         for (int64_t i = 0; i < n; i++) {
-            float wi = dt == DTYPE_F32    ? ((const float *)w)[i]
-                       : dt == DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)w)[i])
-                                          : f16_to_f32(((const uint16_t *)w)[i]);
+            float wi = a->dt == DTYPE_F32    ? ((const float *)a->w)[i]
+                       : a->dt == DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)a->w)[i])
+                                             : f16_to_f32(((const uint16_t *)a->w)[i]);
             y[i] = wi * (x[i] * r);
         }
     }
 }
 
-void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
-              int64_t D, float theta, float scale) {
-    int64_t half = D / 2;
-#pragma omp parallel for schedule(static) if (T * half * (H + Hkv) * 8 >= CPU_PAR_MIN_WORK)
-    for (int64_t t = 0; t < T; t++) {
-        float pos = (float)positions[t];
+void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
+                 float eps) {
+    rmsnorm_args_t a = {out, in, w, dt, n, eps};
+    cpu_parallel_for(T * n, T, rmsnorm_rows, &a);
+}
+
+typedef struct {
+    float *q, *k;
+    const int32_t *positions;
+    int64_t H, Hkv, D;
+    float theta, scale;
+} rope_args_t;
+
+static void rope_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    const rope_args_t *a = arg;
+    int64_t H = a->H, Hkv = a->Hkv, D = a->D, half = D / 2;
+    for (int64_t t = t0; t < t1; t++) {
+        float pos = (float)a->positions[t];
         for (int64_t i = 0; i < half; i++) {
             /* transformers: inv_freq = 1 / base^(arange(0, D, 2) / D) in fp32,
              * divided by the linear scaling factor; angle = pos * inv_freq. */
-            float inv_freq = (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)D));
-            inv_freq /= scale;
+            float inv_freq = (float)(1.0 / pow((double)a->theta, (double)(2 * i) / (double)D));
+            inv_freq /= a->scale;
             float angle = pos * inv_freq;
             float c = (float)cos((double)angle), s = (float)sin((double)angle);
             for (int64_t h = 0; h < H + Hkv; h++) {
-                float *x = h < H ? q + (t * H + h) * D : k + (t * Hkv + (h - H)) * D;
+                float *x = h < H ? a->q + (t * H + h) * D : a->k + (t * Hkv + (h - H)) * D;
                 float x1 = x[i], x2 = x[i + half];
                 x[i] = x1 * c - x2 * s;
                 x[i + half] = x2 * c + x1 * s;
             }
         }
     }
+}
+
+void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
+              int64_t D, float theta, float scale) {
+    rope_args_t a = {q, k, positions, H, Hkv, D, theta, scale};
+    cpu_parallel_for(T * (D / 2) * (H + Hkv) * 8, T, rope_rows, &a);
 }
 
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
@@ -71,14 +114,36 @@ void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
     }
 }
 
+typedef struct {
+    float *out;
+    const float *g, *u;
+} silu_mul_args_t;
+
+static void silu_mul_range(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    const silu_mul_args_t *a = arg;
+    for (int64_t i = i0; i < i1; i++) a->out[i] = a->g[i] / (1.0f + expf(-a->g[i])) * a->u[i];
+}
+
 void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n) {
-#pragma omp parallel for schedule(static) if (n * 8 >= CPU_PAR_MIN_WORK)
-    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    silu_mul_args_t a = {out, g, u};
+    cpu_parallel_for(n * 8, n, silu_mul_range, &a);
+}
+
+typedef struct {
+    float *x;
+    const float *y;
+} add_args_t;
+
+static void add_range(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    const add_args_t *a = arg;
+    for (int64_t i = i0; i < i1; i++) a->x[i] += a->y[i];
 }
 
 void cpu_add(float *x, const float *y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN_WORK)
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+    add_args_t a = {x, y};
+    cpu_parallel_for(n, n, add_range, &a);
 }
 
 void cpu_gather_rows(float *out, const float *in, const int32_t *idx, int64_t S, int64_t n) {

@@ -1,4 +1,5 @@
-/* ops_cpu.h - the CPU reference ops: plain C, fp32 activations, OpenMP.
+/* ops_cpu.h - the CPU reference ops: plain C, fp32 activations, loops split
+ * over the worker pool (servelab/parallel.h).
  *
  * These are the definitions every other backend is tested against, so they
  * are written for clarity first; the hot two (linear, attention) are also
@@ -14,13 +15,19 @@
 
 #include "servelab/config.h"
 #include "servelab/dtype.h"
+#include "servelab/parallel.h"
 
 /* Work (elements or multiply-adds) below which an op runs on the calling
- * thread alone. Forking a team costs microseconds, and a team whose worker
- * is descheduled (more runnable threads than cores) waits a whole scheduler
- * slice at the barrier: for a small model's ops that turned microseconds into
- * milliseconds. Every output is computed the same way either way. */
+ * thread alone: handing chunks to the pool costs microseconds (more when a
+ * worker has to be woken), which a small op does not win back. Every output
+ * is computed the same way either way. */
 #define CPU_PAR_MIN_WORK ((int64_t)1 << 15)
+
+/* fn over [0, n): on the pool when `work` reaches CPU_PAR_MIN_WORK, else here. */
+static inline void cpu_parallel_for(int64_t work, int64_t n, parallel_fn_t fn, void *arg) {
+    if (work >= CPU_PAR_MIN_WORK) parallel_for(n, 0, fn, arg);
+    else fn(arg, 0, n, 0);
+}
 
 /* out(T, n) = table(V, n)[ids[t]] */
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,

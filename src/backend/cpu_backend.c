@@ -2,17 +2,18 @@
  *
  * "Device" memory is ordinary 64-byte aligned host memory, so upload and
  * download are copies and weights mapped from a checkpoint are used in place.
- * Threads: OpenMP, `n_threads` applied here and on every thread that calls
- * thread_init (OMP_NUM_THREADS otherwise).
+ * Threads: the process's worker pool (servelab/parallel.h); `n_threads` is
+ * the pool's size, so it holds on whichever thread runs the ops (the engine
+ * thread, or a test's or benchmark's main thread).
  */
 #define _POSIX_C_SOURCE 200809L
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops_cpu.h"
 #include "servelab/core.h"
 #include "servelab/ops.h"
+#include "servelab/parallel.h"
 
 static void *cpu_alloc(void *ctx, size_t n) {
     (void)ctx;
@@ -24,12 +25,6 @@ static void cpu_free(void *ctx, void *p) { (void)ctx; free(p); }
 static void cpu_copy(void *ctx, void *dst, const void *src, size_t n) {
     (void)ctx;
     if (dst != src) memcpy(dst, src, n);
-}
-
-static int cpu_n_threads; /* 0 = OpenMP's default */
-static void cpu_thread_init(void *ctx) {
-    (void)ctx;
-    if (cpu_n_threads > 0) omp_set_num_threads(cpu_n_threads);
 }
 
 static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids,
@@ -91,7 +86,7 @@ static const sl_ops_t cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
-    .thread_init = cpu_thread_init,
+    .thread_init = NULL, /* the pool's size is process-wide */
     .embed = op_embed,
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
@@ -109,7 +104,6 @@ static const sl_ops_t cpu_ops = {
 };
 
 const sl_ops_t *cpu_backend_init(int n_threads) {
-    cpu_n_threads = n_threads;
-    cpu_thread_init(NULL);
+    parallel_set_threads(n_threads);
     return &cpu_ops;
 }

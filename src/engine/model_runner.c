@@ -9,10 +9,11 @@
  */
 #include "servelab/model_runner.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "servelab/parallel.h"
 
 /* ---- the flat batch ------------------------------------------------------------ */
 
@@ -93,7 +94,7 @@ int runner_init(model_runner_t *r, llama_model_t *m, int32_t max_blocks, sl_err_
     r->sample_on_device = r->ops->sample && r->d_logits;
     batch_init(&r->batch, m->max_tokens, m->max_seqs, max_blocks);
     r->logits = sl_malloc(S * V * sizeof(float));
-    r->n_scratch = omp_get_max_threads();
+    r->n_scratch = parallel_n_threads();
     r->scratch = sl_calloc((size_t)r->n_scratch, sizeof *r->scratch);
     for (int i = 0; i < r->n_scratch; i++) sampler_scratch_init(&r->scratch[i], (int64_t)V);
     r->rows = sl_malloc(S * sizeof *r->rows);
@@ -221,16 +222,30 @@ void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv
 
 /* Rows sample in parallel: each depends only on its own logits, history and
  * generator. */
-static void sample_on_host(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
-    const model_config_t *c = &r->model->cfg;
+typedef struct {
+    model_runner_t *r;
+    request_t *const *reqs;
+    sample_result_t *out;
+} host_rows_t;
+
+static void sample_rows(void *arg, int64_t i0, int64_t i1, int worker) {
+    const host_rows_t *a = arg;
+    const model_config_t *c = &a->r->model->cfg;
     int64_t V = c->vocab_size;
-#pragma omp parallel for schedule(dynamic, 4) if (n_rows > 1 && (int64_t)n_rows * V >= ((int64_t)1 << 15))
-    for (int32_t i = 0; i < n_rows; i++) {
-        request_t *q = reqs[i];
-        sampler_run(&q->params, r->logits + (size_t)i * (size_t)V, V, q->tokens, q->n_prompt,
+    for (int64_t i = i0; i < i1; i++) {
+        request_t *q = a->reqs[i];
+        sampler_run(&q->params, a->r->logits + (size_t)i * (size_t)V, V, q->tokens, q->n_prompt,
                     q->tokens + q->n_prompt, request_n_output(q), c->eos_token_ids, c->n_eos_token_ids, &q->rng,
-                    &r->scratch[omp_get_thread_num()], &out[i]);
+                    &a->r->scratch[worker], &a->out[i]);
     }
+}
+
+static void sample_on_host(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
+    host_rows_t a = {r, reqs, out};
+    if (n_rows > 1 && (int64_t)n_rows * r->model->cfg.vocab_size >= ((int64_t)1 << 15))
+        parallel_for(n_rows, r->n_scratch, sample_rows, &a);
+    else
+        sample_rows(&a, 0, n_rows, 0);
 }
 
 /* The same choices on the device: each row resolved here, its draw taken

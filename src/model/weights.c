@@ -89,8 +89,6 @@ static void fill_dummy(void *dst, sl_dtype_t dt, int64_t n, uint64_t seed, int64
                        float std, float offset) {
     float a = std * sqrtf(3.0f);
     uint64_t base = splitmix64(seed ^ splitmix64((uint64_t)index));
-    /* Deliberately serial: an OpenMP pool left on the loading thread would make
-     * libgomp throttle the engine thread's workers (more threads than cores). */
     for (int64_t c = 0; c < n; c += 4096) {
         float buf[4096];
         int64_t m = n - c < 4096 ? n - c : 4096;
