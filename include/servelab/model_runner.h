@@ -54,16 +54,14 @@ typedef struct {
     /* The batch in backend memory: what llama_forward and the graphs read. */
     int32_t *d_token_ids, *d_positions, *d_query_start, *d_seq_lens, *d_block_tables, *d_logits_index;
     int64_t *d_slot_mapping;
-    /* Logits: (max_seqs, V) fp32. On a backend with a device sampler
-     * (ops->sample and ops->logits_device) they stay in d_logits; otherwise
-     * they come to `logits` on the host. */
-    float *d_logits;            /* NULL on host backends */
+    /* Logits: (max_seqs, V) fp32. With ops->logits_device they stay in
+     * backend memory (d_logits), where the backend's sampler reads them;
+     * otherwise they come to `logits` on the host (the CPU backend, whose
+     * memory is the host's). */
+    float *d_logits;            /* NULL without logits_device */
     float *logits;
-    bool sample_on_device;
-    /* Sampling buffers. */
-    sampler_scratch_t *scratch; /* (n_scratch) one per pool thread (parallel.h) */
-    int n_scratch;
-    sampling_row_t *rows;       /* (max_seqs) device sampling: the step's resolved rows */
+    /* The step's rows, resolved for ops->sample. */
+    sampling_row_t *rows;       /* (max_seqs) */
     int32_t *row_ids;           /* (row_cap) their flat ids and bias */
     float *row_bias;
     int64_t row_cap;
@@ -112,7 +110,7 @@ int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const
  * after the step. Every block-table entry is the scratch block and every
  * slot -1 (nothing is written), so one block of KV memory serves any shape.
  * Each sequence produces logits, and with `sample` they go through the
- * device sampler with every stage on (its workspace is then counted in a
+ * backend's sampler with every stage on (its workspace is then counted in a
  * profile, and its first-use costs paid by a warm-up). -1 with err naming
  * `what` when the backend fails. */
 typedef struct {

@@ -116,10 +116,12 @@ struct sl_ops {
      * fp32 = in . w^T, so that they need not cross to the host (the sampler
      * reads them where they are). */
     void (*logits_device)(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S);
-    /* Optional (with logits_device): sampler_run_u on each of the n rows of
-     * logits (n, V) fp32 in backend memory, on the device, so that only the
-     * results cross to the host. rows (n), ids and bias (n_ids each, as
-     * sampling_row_resolve lays them out) and out (n) are host memory. */
+    /* vLLM's sampler (kernels/cpu/sampling_cpu.c's cpu_sample) on each of the
+     * n rows of logits (n, V) fp32, where the forward left them: backend
+     * memory with logits_device (on the device, so that only the results
+     * cross to the host), host memory otherwise. rows (n), ids and bias
+     * (n_ids each, as sampling_row_resolve lays them out) and out (n) are
+     * host memory. */
     void (*sample)(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
                    const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out);
 

@@ -2,7 +2,7 @@
  *
  * sampling_row_t is one request's sampling parameters resolved for one row of
  * logits; sample_result_t is the chosen token with its logprobs. The CPU
- * sampler (sampler_run_u), the ops table's `sample` and the device sampler
+ * sampler (kernels/cpu/sampling_cpu.c), the ops table's `sample` and the device sampler
  * (kernels/cuda) all take and give these, so they are plain C with no engine
  * types: ops.h and the kernels include this header, never the engine's.
  */
@@ -23,7 +23,7 @@ typedef struct {
     float top_logprobs[SAMPLING_MAX_LOGPROBS];
 } sample_result_t;
 
-/* One request's sampling resolved for one row of logits: what sampler_run_u
+/* One request's sampling resolved for one row of logits: what cpu_sample
  * and the device sampler take (kernels/cuda/kernels.h's slk_sample_row_t is
  * this type, so the fields are shared C; do not reorder them). Every
  * request-specific rule is applied here already: the clamped temperature,

@@ -4,7 +4,7 @@
  * row greedy (one pass to the argmax), and every row with vLLM's common
  * random setting (temperature 0.8, top_k 50, top_p 0.9, 5 logprobs), which
  * adds the radix selects, the draw and the logprobs. The check: up to four
- * rows against sampler_run_u, the CPU twin, on the same logits and draws:
+ * rows against cpu_sample (kernels/cpu), the CPU twin, on the same logits and draws:
  * the same token, rank and top ids, logprobs within 1e-5 (the parity test's
  * rule; a draw within rounding of a boundary is not expected at these
  * seeds). Bytes counted: the logits read once, the least a sampler reads;
@@ -17,7 +17,7 @@
 
 #include "kbench.h"
 #include "kernels.h"
-#include "servelab/sampler.h"
+#include "ops_cpu.h"
 
 typedef struct {
     const float *logits;
@@ -47,23 +47,19 @@ static void sample_case(kb_ctx_t *c, const kb_model_t *m, int64_t S, int greedy)
     char shape[96];
     snprintf(shape, sizeof shape, "S=%lld,V=%lld,%s", (long long)S, (long long)V, greedy ? "greedy" : "top_k+top_p");
     kb_set_case("sample", m->name, shape);
-    sampling_params_t p;
-    sampling_params_default(&p);
-    if (greedy) {
-        p.temperature = 0.0f;
-    } else {
-        p.temperature = 0.8f;
-        p.top_k = 50;
-        p.top_p = 0.9f;
-        p.logprobs = 5;
-    }
+    /* Rows as the engine resolves them (sample_row.h), with no masks, bias
+     * or history: nothing in ids. Greedy is temperature 0; penalties off are
+     * 1 (repetition) and 0; logprobs -1 is none. */
     sampling_row_t *rows = malloc((size_t)S * sizeof *rows);
-    int32_t ids[1];
-    float bias[1];
+    int32_t ids[1] = {0};
+    float bias[1] = {0.0f};
     if (!rows) abort();
-    for (int64_t s = 0; s < S; s++) /* no masks, bias or history: nothing in ids */
-        sampling_row_resolve(&rows[s], &p, NULL, 0, NULL, 0, NULL, 0, (double)kb_rand_below(1u << 30) / (1u << 30),
-                             ids, bias, 0);
+    for (int64_t s = 0; s < S; s++) {
+        rows[s] = (sampling_row_t){.temperature = greedy ? 0.0f : 0.8f, .top_p = greedy ? 1.0f : 0.9f,
+                                   .top_k = greedy ? 0 : 50, .repetition_penalty = 1.0f,
+                                   .n_logprobs = greedy ? -1 : 5,
+                                   .u = (double)kb_rand_below(1u << 30) / (1u << 30)};
+    }
     sample_arg_t a = {kb_try_alloc((size_t)(S * V) * sizeof(float)), S, V, kb_try_alloc((size_t)S * sizeof *rows),
                       kb_try_alloc(sizeof ids), kb_try_alloc(sizeof bias),
                       kb_try_alloc(slk_sample_workspace_bytes(S, V)), kb_try_alloc((size_t)S * sizeof(sample_result_t))};
@@ -71,7 +67,6 @@ static void sample_case(kb_ctx_t *c, const kb_model_t *m, int64_t S, int greedy)
     if (!a.logits || !a.rows || !a.ids || !a.bias || !a.ws || !a.out) {
         kb_free_all(ptrs, 6);
         free(rows);
-        sampling_params_free(&p);
         kb_skip(c, "sample", m->name, shape, "out of device memory");
         return;
     }
@@ -82,8 +77,8 @@ static void sample_case(kb_ctx_t *c, const kb_model_t *m, int64_t S, int greedy)
     kb_fill(c, (void *)a.logits, S * V, DTYPE_F32, &pl, 0);
     launch_sample(c, &a);
 
-    sampler_scratch_t scratch;
-    sampler_scratch_init(&scratch, V);
+    cpu_sample_scratch_t scratch;
+    cpu_sample_scratch_init(&scratch, V);
     float *row = malloc((size_t)V * sizeof(float));
     sample_result_t *got = malloc((size_t)S * sizeof *got);
     if (!row || !got) abort();
@@ -95,7 +90,7 @@ static void sample_case(kb_ctx_t *c, const kb_model_t *m, int64_t S, int greedy)
         int64_t s = sample_rows[i];
         sample_result_t want;
         kb_pattern_read(row, s * V, V, &pl, 0);
-        sampler_run_u(&rows[s], ids, bias, row, V, &scratch, &want);
+        cpu_sample(&rows[s], ids, bias, row, V, &scratch, &want);
         if (!same_result(&got[s], &want)) {
             fprintf(stderr, "  sample %s %s row %lld: token %d (rank %d, logprob %.6g) want %d (rank %d, logprob %.6g)\n",
                     m->name, shape, (long long)s, got[s].token, got[s].rank, got[s].logprob, want.token, want.rank,
@@ -105,14 +100,13 @@ static void sample_case(kb_ctx_t *c, const kb_model_t *m, int64_t S, int greedy)
     }
     free(row);
     free(got);
-    sampler_scratch_free(&scratch);
+    cpu_sample_scratch_free(&scratch);
     kb_pattern_free(&pl);
 
     double us = kb_time_us(c, launch_sample, &a);
     kb_report(c, "sample", m->name, shape, us, (double)(S * V) * 4.0, 0.0, ok ? KB_CHECK_PASS : KB_CHECK_FAIL);
     kb_free_all(ptrs, 6);
     free(rows);
-    sampling_params_free(&p);
 }
 
 void kb_bench_sample(kb_ctx_t *c, const kb_model_t *m) {

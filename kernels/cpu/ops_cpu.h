@@ -16,6 +16,7 @@
 #include "servelab/config.h"
 #include "servelab/dtype.h"
 #include "servelab/parallel.h"
+#include "servelab/sample_row.h"
 
 /* Work (elements or multiply-adds) below which an op runs on the calling
  * thread alone: handing chunks to the pool costs microseconds (more when a
@@ -55,5 +56,33 @@ void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n);
 void cpu_add(float *x, const float *y, int64_t n);
 /* out(S, n) = in[idx[s]] */
 void cpu_gather_rows(float *out, const float *in, const int32_t *idx, int64_t S, int64_t n);
+
+/* ---- sampling (sampling_cpu.c) ----------------------------------------------- */
+
+/* What cpu_sample works in, reused across calls so the hot path does not
+ * allocate; one per thread that samples. `counts` and `in_prompt` are all
+ * zero between calls. */
+typedef struct {
+    int64_t V;
+    float *work;                    /* (V) the processed logits, then the draw's weights */
+    int32_t *idx;                   /* (V) */
+    uint32_t *counts;               /* (V) output-token counts */
+    uint8_t *in_prompt;             /* (V) history marks */
+} cpu_sample_scratch_t;
+
+void cpu_sample_scratch_init(cpu_sample_scratch_t *s, int64_t V);
+void cpu_sample_scratch_free(cpu_sample_scratch_t *s);
+
+/* Chooses the next token of one row given its draw: min_tokens mask,
+ * logit_bias, penalties, then greedy (argmax, first index on ties) or
+ * temperature, min_p, top_k (ties at the k-th value stay), top_p (the
+ * smallest set, best first and lower id first on ties, whose probability
+ * reaches top_p), and the inverse CDF of row->u in id order; then the raw
+ * logprobs. `logits` (V) is not modified; ids and bias as described at
+ * sampling_row_t. Cost is O(V) plus O(n_mask + n_bias + history); top_k and
+ * top_p add an expected O(V) selection, never a sort of the vocabulary.
+ * scratch->V >= V. The device sampler (slk_sample) gives the same results. */
+void cpu_sample(const sampling_row_t *row, const int32_t *ids, const float *bias, const float *logits, int64_t V,
+                cpu_sample_scratch_t *scratch, sample_result_t *out);
 
 #endif

@@ -64,12 +64,12 @@ int slk_attention(void *out, const void *q, const void *k_cache, const void *v_c
                   void *workspace, size_t workspace_bytes, void *stream);
 
 /* ---- sampling on the device (sampling.cu) --------------------------------------
- * sampler_run_u (src/engine/sampler.c) on S rows of fp32 logits at once, so
+ * cpu_sample (kernels/cpu/sampling_cpu.c) on S rows of fp32 logits at once, so
  * that only the chosen tokens (and requested logprobs) cross PCIe. One row per
  * sequence, filled on the host by sampling_row_resolve (sample_row.h: the row
  * struct, the flat `ids` / `bias` arrays its offsets point into, and the
  * draw u, taken from the request's generator when sampling_draws). Results
- * are those of sampler_run_u on the same row, ids and bias: the same float32
+ * are those of cpu_sample on the same row, ids and bias: the same float32
  * operations (exp evaluated in double and rounded once, as glibc's expf),
  * only the double sums in another order, so the draw may pick the
  * neighbouring kept token when u * total falls within rounding of a token's

@@ -1,4 +1,4 @@
-/* sampling.cu - sampler_run_u (src/engine/sampler.c) on the device: one
+/* sampling.cu - cpu_sample (kernels/cpu/sampling_cpu.c) on the device: one
  * thread block of 1024 per row of logits, everything in global memory.
  *
  * Per row: copy the logits to the work row; min_tokens mask, logit_bias,

@@ -7,6 +7,7 @@
  * thread, or a test's or benchmark's main thread).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,56 @@ static void op_logits(void *ctx, float *host_logits, const void *in, const sl_we
     cpu_linear(host_logits, in, w->data, w->dtype, S, w->rows, w->cols);
 }
 
+/* Sampling: rows are independent, so they split over the pool; each thread
+ * works in its own scratch (thread-specific, sized to the largest vocabulary
+ * it has sampled, freed when the thread ends). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_destroy(void *p) {
+    cpu_sample_scratch_free(p);
+    free(p);
+}
+static void scratch_key_init(void) { SL_ASSERT(pthread_key_create(&scratch_key, scratch_destroy) == 0); }
+
+static cpu_sample_scratch_t *thread_scratch(int64_t V) {
+    pthread_once(&scratch_once, scratch_key_init);
+    cpu_sample_scratch_t *s = pthread_getspecific(scratch_key);
+    if (s && s->V >= V) return s;
+    if (s) {
+        cpu_sample_scratch_free(s);
+    } else {
+        s = sl_calloc(1, sizeof *s);
+        pthread_setspecific(scratch_key, s);
+    }
+    cpu_sample_scratch_init(s, V);
+    return s;
+}
+
+typedef struct {
+    const float *logits;
+    int64_t V;
+    const sampling_row_t *rows;
+    const int32_t *ids;
+    const float *bias;
+    sample_result_t *out;
+} sample_args_t;
+
+static void sample_rows(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    const sample_args_t *a = arg;
+    cpu_sample_scratch_t *s = thread_scratch(a->V);
+    for (int64_t i = i0; i < i1; i++)
+        cpu_sample(&a->rows[i], a->ids, a->bias, a->logits + (size_t)i * (size_t)a->V, a->V, s, &a->out[i]);
+}
+
+static void op_sample(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
+                      const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out) {
+    (void)ctx, (void)n_ids;
+    sample_args_t a = {logits, V, rows, ids, bias, out};
+    cpu_parallel_for(n * V, n, sample_rows, &a);
+}
+
 static const sl_ops_t cpu_ops = {
     .name = "cpu",
     .ctx = NULL,
@@ -97,6 +148,7 @@ static const sl_ops_t cpu_ops = {
     .add = op_add,
     .gather_rows = op_gather_rows,
     .logits = op_logits,
+    .sample = op_sample,
     /* The unfused sequence is the reference, and CPU ops cannot fail. */
     .add_rmsnorm = NULL,
     .rope_kv_write = NULL,

@@ -1,8 +1,9 @@
 /* model_runner.c - the model runner (see model_runner.h): batch, KV memory, forward, graphs, sampling.
  *
  * Read top to bottom: the flat batch of a scheduler step, the buffers, one
- * forward (graph or eager), the engine's step with its sampling (host rows in
- * parallel, or every row at once on the device), startup's dummy steps, and
+ * forward (graph or eager), the engine's step with its sampling (rows
+ * resolved here, sampled by the backend where the logits are), startup's
+ * dummy steps, and
  * last the CUDA graphs of decode steps. Sampling depends only on a
  * sequence's own logits, history and generator: whatever else is in the
  * batch, and on either side of PCIe, a request draws the same tokens.
@@ -12,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "servelab/parallel.h"
 
 /* ---- the flat batch ------------------------------------------------------------ */
 
@@ -72,6 +71,7 @@ static void *backend_alloc(const model_runner_t *r, size_t n_bytes, bool *failed
 
 int runner_init(model_runner_t *r, llama_model_t *m, int32_t max_blocks, sl_err_t *err) {
     memset(r, 0, sizeof *r);
+    SL_ASSERT(m->ops->sample); /* every backend samples */
     r->model = m;
     r->ops = m->ops;
     r->max_tokens = m->max_tokens;
@@ -91,12 +91,8 @@ int runner_init(model_runner_t *r, llama_model_t *m, int32_t max_blocks, sl_err_
         runner_free(r);
         return sl_fail(err, "out of %s memory for the batch of %lld tokens", m->ops->name, (long long)T);
     }
-    r->sample_on_device = r->ops->sample && r->d_logits;
     batch_init(&r->batch, m->max_tokens, m->max_seqs, max_blocks);
     r->logits = sl_malloc(S * V * sizeof(float));
-    r->n_scratch = parallel_n_threads();
-    r->scratch = sl_calloc((size_t)r->n_scratch, sizeof *r->scratch);
-    for (int i = 0; i < r->n_scratch; i++) sampler_scratch_init(&r->scratch[i], (int64_t)V);
     r->rows = sl_malloc(S * sizeof *r->rows);
     return 0;
 }
@@ -110,8 +106,6 @@ void runner_free(model_runner_t *r) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) r->ops->free(r->ops->ctx, bufs[i]);
     if (r->batch.token_ids) batch_free(&r->batch);
-    for (int i = 0; i < r->n_scratch; i++) sampler_scratch_free(&r->scratch[i]);
-    free(r->scratch);
     free(r->logits);
     free(r->rows);
     free(r->row_ids);
@@ -220,37 +214,12 @@ void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv
 
 /* ---- the engine's step: forward, then sampling ---------------------------------------- */
 
-/* Rows sample in parallel: each depends only on its own logits, history and
- * generator. */
-typedef struct {
-    model_runner_t *r;
-    request_t *const *reqs;
-    sample_result_t *out;
-} host_rows_t;
-
-static void sample_rows(void *arg, int64_t i0, int64_t i1, int worker) {
-    const host_rows_t *a = arg;
-    const model_config_t *c = &a->r->model->cfg;
-    int64_t V = c->vocab_size;
-    for (int64_t i = i0; i < i1; i++) {
-        request_t *q = a->reqs[i];
-        sampler_run(&q->params, a->r->logits + (size_t)i * (size_t)V, V, q->tokens, q->n_prompt,
-                    q->tokens + q->n_prompt, request_n_output(q), c->eos_token_ids, c->n_eos_token_ids, &q->rng,
-                    &a->r->scratch[worker], &a->out[i]);
-    }
-}
-
-static void sample_on_host(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
-    host_rows_t a = {r, reqs, out};
-    if (n_rows > 1 && (int64_t)n_rows * r->model->cfg.vocab_size >= ((int64_t)1 << 15))
-        parallel_for(n_rows, r->n_scratch, sample_rows, &a);
-    else
-        sample_rows(&a, 0, n_rows, 0);
-}
-
-/* The same choices on the device: each row resolved here, its draw taken
- * from the request's generator exactly when sampler_run would take it. */
-static void sample_on_device(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
+/* Resolves each sampled sequence's row (its draw taken from the request's
+ * own generator, one per step exactly when it samples at random) and has
+ * the backend sample them where the logits are. A row depends only on its
+ * own logits, history and generator, so batch and backend never change a
+ * request's tokens. */
+static void sample_rows(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
     const model_config_t *c = &r->model->cfg;
     int64_t need = 0;
     for (int32_t i = 0; i < n_rows; i++) {
@@ -272,20 +241,19 @@ static void sample_on_device(model_runner_t *r, request_t *const *reqs, int32_t 
                                    request_n_output(q), c->eos_token_ids, c->n_eos_token_ids, u, r->row_ids,
                                    r->row_bias, off);
     }
-    r->ops->sample(r->ops->ctx, r->d_logits, n_rows, c->vocab_size, r->rows, r->row_ids, r->row_bias, off, out);
+    r->ops->sample(r->ops->ctx, r->d_logits ? r->d_logits : r->logits, n_rows, c->vocab_size, r->rows, r->row_ids,
+                   r->row_bias, off, out);
 }
 
 int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_rows,
                    sample_result_t *out, char *msg, size_t msg_cap) {
     runner_prepare(&r->batch, so, (int32_t)r->kv.block_size);
     SL_ASSERT(n_rows == r->batch.n_logits);
-    runner_forward(r, &r->batch, &r->kv, r->sample_on_device ? NULL : r->logits);
-    if (r->sample_on_device && n_rows > 0) sample_on_device(r, sampled, n_rows, out);
+    runner_forward(r, &r->batch, &r->kv, r->d_logits ? NULL : r->logits);
+    if (n_rows > 0) sample_rows(r, sampled, n_rows, out);
+    /* One check for both: on a device it is a synchronization. */
     const sl_ops_t *o = r->ops;
-    int failed = o->last_error ? o->last_error(o->ctx, msg, msg_cap) : 0;
-    if (failed) return failed;
-    if (!r->sample_on_device) sample_on_host(r, sampled, n_rows, out);
-    return 0;
+    return o->last_error ? o->last_error(o->ctx, msg, msg_cap) : 0;
 }
 
 /* ---- startup's dummy steps (profiling, warm-up) -------------------------------------- */
@@ -314,8 +282,7 @@ static void dummy_batch(sl_batch_t *b, int32_t S, int32_t T, int32_t max_model_l
     }
 }
 
-/* One device sampling of S rows over the logits the last forward left in
- * d_logits, with every stage on (temperature, top_k, top_p, min_p,
+/* One sampling of S rows over the logits the last forward left, with every stage on (temperature, top_k, top_p, min_p,
  * penalties, 20 logprobs), as vLLM's dummy sampler run does. */
 static void dummy_sample(model_runner_t *r, int32_t S) {
     const model_config_t *c = &r->model->cfg;
@@ -335,7 +302,7 @@ static void dummy_sample(model_runner_t *r, int32_t S) {
         off = sampling_row_resolve(&rows[s], &p, history, 1, history + 1, 1, c->eos_token_ids, c->n_eos_token_ids,
                                    0.5, ids, bias, off);
     sample_result_t *out = sl_malloc((size_t)S * sizeof *out);
-    r->ops->sample(r->ops->ctx, r->d_logits, S, c->vocab_size, rows, ids, bias, off, out);
+    r->ops->sample(r->ops->ctx, r->d_logits ? r->d_logits : r->logits, S, c->vocab_size, rows, ids, bias, off, out);
     free(out);
     free(bias);
     free(ids);
@@ -357,7 +324,7 @@ int runner_dummy_steps(model_runner_t *r, int32_t block_size, int32_t max_model_
         runner_forward(r, &b, &kv, r->d_logits ? NULL : r->logits);
         failed = o->last_error ? o->last_error(o->ctx, msg, sizeof msg) : 0;
     }
-    if (!failed && sample && r->sample_on_device) {
+    if (!failed && sample) {
         dummy_sample(r, shapes[n - 1].S); /* the last shape left that many rows of logits */
         failed = o->last_error ? o->last_error(o->ctx, msg, sizeof msg) : 0;
     }

@@ -1,5 +1,5 @@
 /* test_kernels_sampling.c - the device sampler (kernels/cuda/sampling.cu)
- * against its CPU twin, sampler_run_u (src/engine/sampler.c).
+ * against its CPU twin, cpu_sample (kernels/cpu/sampling_cpu.c).
  *
  * Every batch: fresh random logits (seed printed) of one of three shapes
  * (spread, peaked, and coarse steps that make ties everywhere), rows
@@ -11,20 +11,22 @@
  * draw landing on the neighbouring kept token, and only when the CPU's
  * u * total lies within 1e-9 (relative) of the cumulative weight between
  * the two: the test recomputes that from the CPU's final weights (what
- * sampler_run_u leaves in scratch.work after a draw). After each call the
+ * cpu_sample leaves in scratch.work after a draw). After each call the
  * workspace's history counts must be zero again. Shapes include V not a
  * multiple of the block (1024), V below it, and V = 128256.
  */
 #include <string.h>
 
 #include "kernel_test.h"
+#include "ops_cpu.h"
+#include "servelab/rng.h"
 #include "servelab/sampler.h"
 
 enum { MAX_S = 8, MAX_HIST = 600 };
 #define MAX_V 128256
 
 static cudaStream_t stream;
-static sampler_scratch_t scratch;
+static cpu_sample_scratch_t scratch;
 static void *d_workspace;
 static int64_t workspace_V; /* the V its zero history counts are laid out for */
 static int n_neighbours; /* draws allowed to differ by rounding, reported at the end */
@@ -165,7 +167,7 @@ static void check_batch(const char *what, int S, int64_t V, logits_kind_t kind, 
     KT_CUDA(cudaMemcpy(got, d_out, (size_t)S * sizeof(sample_result_t), cudaMemcpyDeviceToHost));
     for (int s = 0; s < S; s++) {
         sample_result_t want;
-        sampler_run_u(&rows[s], ids, bias, logits + (size_t)s * (size_t)V, V, &scratch, &want);
+        cpu_sample(&rows[s], ids, bias, logits + (size_t)s * (size_t)V, V, &scratch, &want);
         compare_row(what, s, &rows[s], &got[s], &want, V);
     }
     /* The history counts (the first V words of each row's 8 V bytes) are zero again. */
@@ -301,7 +303,7 @@ int main(void) {
     kt_require_gpu();
     test_seed();
     KT_CUDA(cudaStreamCreate(&stream));
-    sampler_scratch_init(&scratch, MAX_V);
+    cpu_sample_scratch_init(&scratch, MAX_V);
     size_t ws = slk_sample_workspace_bytes(MAX_S, MAX_V);
     KT_CUDA(cudaMalloc(&d_workspace, ws));
     RUN(test_greedy_takes_first_argmax_as_cpu);
@@ -318,7 +320,7 @@ int main(void) {
     RUN(test_nan_logit_is_never_chosen_as_cpu);
     printf("%d draws took the neighbouring token by rounding\n", n_neighbours);
     cudaFree(d_workspace);
-    sampler_scratch_free(&scratch);
+    cpu_sample_scratch_free(&scratch);
     KT_CUDA(cudaStreamDestroy(stream));
     return test_summary();
 }

@@ -8,11 +8,13 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "ops_cpu.h"
+#include "servelab/rng.h"
 #include "servelab/sampler.h"
 #include "servelab/sampling.h"
 #include "test.h"
 
-static sampler_scratch_t scratch;
+static cpu_sample_scratch_t scratch;
 static const int32_t EOS[1] = {2};
 
 static sampling_params_t params(float temperature) {
@@ -29,10 +31,26 @@ typedef struct {
 
 static const history_t NO_HISTORY = {NULL, NULL, 0, 0};
 
-static sample_result_t run(const sampling_params_t *p, const float *l, int V, history_t h, sl_rng_t *rng) {
+/* One request's step as the model runner takes it: the draw from the
+ * request's generator when it samples at random, the row resolved (at
+ * offset `off` of shared ids / bias arrays, as a later row of a batch),
+ * then the CPU sampler (the CPU backend's `sample` op). */
+static sample_result_t run_at(const sampling_params_t *p, const float *l, int V, history_t h, sl_rng_t *rng,
+                              int64_t off) {
+    static int32_t ids[4096];
+    static float bias[4096];
+    double u = sampling_draws(p) ? rng_uniform(rng) : 0.0;
+    SL_ASSERT(off + sampling_row_n_ids(p, h.n_prompt, h.n_output, 1) <= 4096);
+    sampling_row_t row;
+    CHECK_EQ_INT(sampling_row_resolve(&row, p, h.prompt, h.n_prompt, h.output, h.n_output, EOS, 1, u, ids, bias, off),
+                 off + sampling_row_n_ids(p, h.n_prompt, h.n_output, 1));
     sample_result_t r;
-    sampler_run(p, l, V, h.prompt, h.n_prompt, h.output, h.n_output, EOS, 1, rng, &scratch, &r);
+    cpu_sample(&row, ids, bias, l, V, &scratch, &r);
     return r;
+}
+
+static sample_result_t run(const sampling_params_t *p, const float *l, int V, history_t h, sl_rng_t *rng) {
+    return run_at(p, l, V, h, rng, 0);
 }
 
 static int32_t greedy(const sampling_params_t *p, const float *l, int V, history_t h) {
@@ -60,7 +78,7 @@ static int by_key_desc(const void *a, const void *b) {
     return i - j;
 }
 
-/* The distribution sampler_run draws from, for logits already through
+/* The distribution the sampler draws from, for logits already through
  * min_tokens / bias / penalties (`z`), by the definitions: z / T, then min_p
  * (p >= min_p * p_max), top_k (keep >= the k-th value), top_p (smallest
  * prefix, best first and lower id first on ties, whose mass reaches top_p). */
@@ -634,32 +652,21 @@ static void test_all_masked_but_one_draws_it(void) {
     for (int k = 0; k < 100; k++) CHECK_EQ_INT(run(&p, l, 4, NO_HISTORY, &rng).token, 2);
 }
 
-/* ---- the split: sampler_run = resolve + one draw + sampler_run_u -------------------- */
+/* ---- rows of a batch: a row resolved at an offset ------------------------------------ */
 
-/* sampler_run's result for p, and what resolve + sampler_run_u give with the
- * u drawn from a copy of the same generator; the generator must then be
- * where the copy is (one draw exactly when sampling_draws(p), else none). */
-static void check_run_is_run_u(const sampling_params_t *p, const float *l, int V, history_t h, uint64_t seed) {
-    static int32_t ids[1024];
-    static float bias[1024];
-    sl_rng_t rng, copy;
-    rng_seed(&rng, seed);
-    copy = rng;
-    sample_result_t want = run(p, l, V, h, &rng), got;
-    double u = sampling_draws(p) ? rng_uniform(&copy) : 0.0;
-    CHECK(memcmp(&rng, &copy, sizeof rng) == 0);
-
-    int64_t n = sampling_row_n_ids(p, h.n_prompt, h.n_output, 1);
-    SL_ASSERT(n + 5 <= 1024);
-    sampling_row_t row;
-    /* At an offset, as the second row of a batch would be. */
-    CHECK_EQ_INT(sampling_row_resolve(&row, p, h.prompt, h.n_prompt, h.output, h.n_output, EOS, 1, u, ids, bias, 5),
-                 5 + n);
-    sampler_run_u(&row, ids, bias, l, V, &scratch, &got);
+/* The result at offset 0 and at offset 5 of the shared arrays (the second row
+ * of a batch), from two copies of one generator: every offset the row
+ * records must point into its own slots. */
+static void check_offset_changes_nothing(const sampling_params_t *p, const float *l, int V, history_t h,
+                                         uint64_t seed) {
+    sl_rng_t a, b;
+    rng_seed(&a, seed);
+    b = a;
+    sample_result_t want = run_at(p, l, V, h, &a, 0), got = run_at(p, l, V, h, &b, 5);
     CHECK(memcmp(&got, &want, sizeof got) == 0);
 }
 
-static void test_run_equals_run_u_with_the_draw_of_a_generator_copy(void) {
+static void test_a_row_samples_the_same_at_any_offset(void) {
     enum { V = 300 };
     static float l[V];
     int32_t prompt[12], out[9], stop_id = 7, bias_ids[3] = {4, 9, 4};
@@ -678,26 +685,30 @@ static void test_run_equals_run_u_with_the_draw_of_a_generator_copy(void) {
         if (c % 5 == 0) p.min_tokens = 10, p.n_stop_token_ids = 1, p.stop_token_ids = &stop_id;
         if (c % 7 < 3) p.n_logit_bias = 3, p.logit_bias_ids = bias_ids, p.logit_bias_values = bias_vals;
         p.logprobs = c % 6 == 0 ? -1 : c % 6 == 1 ? 0 : 5;
-        check_run_is_run_u(&p, l, V, c & 1 ? h : NO_HISTORY, 1000 + (uint64_t)c);
+        check_offset_changes_nothing(&p, l, V, c & 1 ? h : NO_HISTORY, 1000 + (uint64_t)c);
     }
 }
 
-static void test_generator_advances_once_per_random_call_even_all_masked(void) {
+/* Whether a request draws (the runner takes one draw per step exactly then),
+ * and a row whose every token is masked still gives a token (the first),
+ * greedy or not, instead of reading past the vocabulary. */
+static void test_draws_only_when_random_and_an_all_masked_row_gives_token_0(void) {
     float l[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    sl_rng_t rng;
+    rng_seed(&rng, 3);
     sampling_params_t p = params(1.0f);
-    check_run_is_run_u(&p, l, 4, NO_HISTORY, 3);
+    CHECK(sampling_draws(&p));
+    CHECK_EQ_INT(run(&p, l, 4, NO_HISTORY, &rng).token, 0);
+    p = params(0.004f); /* raised to 0.01: random */
+    CHECK(sampling_draws(&p));
     p = params(0.0f);
-    check_run_is_run_u(&p, l, 4, NO_HISTORY, 3);
+    CHECK(!sampling_draws(&p));
+    CHECK_EQ_INT(run(&p, l, 4, NO_HISTORY, &rng).token, 0);
     /* All masked by min_tokens: the only finite logit is EOS's. */
     float m[3] = {-INFINITY, -INFINITY, 1.0f};
     p = params(0.8f);
     p.min_tokens = 1, p.top_p = 0.5f;
-    check_run_is_run_u(&p, m, 3, NO_HISTORY, 4);
-    sl_rng_t rng, before;
-    rng_seed(&rng, 9);
-    before = rng;
     CHECK_EQ_INT(run(&p, m, 3, NO_HISTORY, &rng).token, 0);
-    CHECK(rng_uniform(&before) >= 0.0 && memcmp(&rng, &before, sizeof rng) == 0);
 }
 
 static void test_row_resolve_lays_out_masks_bias_and_needed_history(void) {
@@ -732,7 +743,7 @@ static void test_row_resolve_lays_out_masks_bias_and_needed_history(void) {
 
 int main(void) {
     test_seed();
-    sampler_scratch_init(&scratch, 4096);
+    cpu_sample_scratch_init(&scratch, 4096);
     RUN(test_defaults_are_vllms);
     RUN(test_validation_messages_are_vllms);
     RUN(test_copy_is_deep);
@@ -759,9 +770,9 @@ int main(void) {
     RUN(test_same_seed_same_tokens_other_seed_differs);
     RUN(test_draws_do_not_depend_on_other_requests);
     RUN(test_all_masked_but_one_draws_it);
-    RUN(test_run_equals_run_u_with_the_draw_of_a_generator_copy);
-    RUN(test_generator_advances_once_per_random_call_even_all_masked);
+    RUN(test_a_row_samples_the_same_at_any_offset);
+    RUN(test_draws_only_when_random_and_an_all_masked_row_gives_token_0);
     RUN(test_row_resolve_lays_out_masks_bias_and_needed_history);
-    sampler_scratch_free(&scratch);
+    cpu_sample_scratch_free(&scratch);
     return test_summary();
 }

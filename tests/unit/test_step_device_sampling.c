@@ -1,17 +1,22 @@
-/* test_step_device_sampling.c - sampling on the device gives the tokens sampling on the host does.
+/* test_step_device_sampling.c - the model runner's sampling: rows, draws, and logits on either side.
  *
- * A device backend keeps the logits where they are (ops->logits_device) and
- * samples them there (ops->sample): the engine resolves each request into a
- * sampling_row_t on the host and takes the request's draw from its own
- * generator. Here the "device" is the CPU ops table plus a sample op that
- * runs sampler_run_u (the CPU twin of the CUDA sampler) on each row, so any
- * mistake in step.c's half (a draw taken when sampler_run takes none, or in
- * another order; a row's history, masks or bias laid out wrong; logits of
- * the wrong row) shows as a token or logprob that differs from the plain
- * CPU engine's. Every sampling feature is on in some request; n > 1, a KV
- * pool small enough to preempt, and chunked prefill mix the rows.
+ * The runner resolves each sampled sequence into a sampling_row_t on the
+ * host, takes the request's draw from its own generator, and has the
+ * backend's `sample` op run the rows where the logits are: in backend
+ * memory on a device backend (ops->logits_device), on the host otherwise.
+ * Two checks:
+ * - The device path gives the plain CPU engine's tokens and logprobs. The
+ *   "device" is the CPU ops table with logits_device and a sample op that
+ *   checks every row's slices lie inside the flat arrays, so logits of the
+ *   wrong row, or a row's history, masks or bias laid out wrong, show as a
+ *   difference. Every sampling feature is on in some request; n > 1, a KV
+ *   pool small enough to preempt, and chunked prefill mix the rows.
+ * - The draws: a seeded random request's rows carry exactly the successive
+ *   uniforms of a generator seeded with its seed (one per token, none
+ *   skipped or repeated), and a greedy request's rows draw nothing (u = 0).
  */
 #include "servelab/engine.h"
+#include "servelab/rng.h"
 #include "servelab/sampler.h"
 #include "test.h"
 
@@ -19,7 +24,6 @@
 #define N_REQS 9
 
 static const sl_ops_t *cpu;
-static sampler_scratch_t scratch;
 static int64_t n_sample_calls, n_rows_sampled;
 
 static void dev_logits(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S) {
@@ -28,7 +32,6 @@ static void dev_logits(void *ctx, float *out, const void *in, const sl_weight_t 
 
 static void dev_sample(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
                        const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out) {
-    (void)ctx;
     n_sample_calls++;
     n_rows_sampled += n;
     for (int64_t i = 0; i < n; i++) {
@@ -36,8 +39,8 @@ static void dev_sample(void *ctx, const float *logits, int64_t n, int64_t V, con
         /* Every row's slices lie inside the flat arrays. */
         SL_ASSERT(r->mask_off + r->n_mask <= n_ids && r->bias_off + r->n_bias <= n_ids &&
                   r->hist_off + r->n_prompt + r->n_output <= n_ids);
-        sampler_run_u(r, ids, bias, logits + i * V, V, &scratch, &out[i]);
     }
+    cpu->sample(ctx, logits, n, V, rows, ids, bias, n_ids, out);
 }
 
 typedef struct {
@@ -149,14 +152,76 @@ static void test_device_sampling_path_draws_what_the_host_path_draws(void) {
     CHECK(n_tokens > 200);
 }
 
+/* ---- the draws ------------------------------------------------------------------ */
+
+enum { MAX_DRAWS = 64 };
+static double random_us[MAX_DRAWS], greedy_us[MAX_DRAWS];
+static int n_random_us, n_greedy_us;
+
+/* Records each row's draw, telling the two requests apart by temperature. */
+static void recording_sample(void *ctx, const float *logits, int64_t n, int64_t V, const sampling_row_t *rows,
+                             const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i].temperature == 0.0f) {
+            SL_ASSERT(n_greedy_us < MAX_DRAWS);
+            greedy_us[n_greedy_us++] = rows[i].u;
+        } else {
+            SL_ASSERT(n_random_us < MAX_DRAWS);
+            random_us[n_random_us++] = rows[i].u;
+        }
+    }
+    cpu->sample(ctx, logits, n, V, rows, ids, bias, n_ids, out);
+}
+
+static void test_rows_carry_the_requests_own_successive_draws(void) {
+    enum { N_TOKENS = 12 };
+    sl_ops_t rec = *cpu;
+    rec.sample = recording_sample;
+    sl_err_t err;
+    engine_config_t c;
+    engine_config_default(&c);
+    c.model_dir = MODEL_DIR;
+    c.load.progress = false;
+    c.ops = &rec;
+    c.max_model_len = 128;
+    c.kv_cache_memory_bytes = 16 << 20;
+    engine_t *e = engine_create(&c, &err);
+    SL_ASSERT(e);
+    int32_t prompt[6] = {5, 17, 29, 3, 8, 13};
+    sampling_params_t p[2];
+    for (int i = 0; i < 2; i++) {
+        sampling_params_default(&p[i]);
+        p[i].max_tokens = N_TOKENS;
+        p[i].ignore_eos = true;
+        p[i].temperature = i == 0 ? 0.9f : 0.0f;
+        p[i].has_seed = true;
+        p[i].seed = 77;
+    }
+    engine_stream_t *st[2];
+    for (int i = 0; i < 2; i++) SL_ASSERT((st[i] = engine_submit(e, prompt, 6, &p[i], &err)));
+    while (engine_step(e)) {}
+    for (int i = 0; i < 2; i++) {
+        for (engine_output_t *o; (o = engine_stream_try_next(st[i]));) engine_output_free(o);
+        engine_stream_release(e, st[i]);
+    }
+    engine_free(e);
+
+    CHECK_EQ_INT(n_random_us, N_TOKENS);
+    CHECK_EQ_INT(n_greedy_us, N_TOKENS);
+    sl_rng_t want;
+    rng_seed(&want, 77);
+    int same = 0;
+    for (int k = 0; k < n_random_us; k++) same += random_us[k] == rng_uniform(&want);
+    CHECK_EQ_INT(same, N_TOKENS);
+    int zero = 0;
+    for (int k = 0; k < n_greedy_us; k++) zero += greedy_us[k] == 0.0;
+    CHECK_EQ_INT(zero, N_TOKENS);
+}
+
 int main(void) {
     test_seed();
     cpu = cpu_backend_init(1);
-    sl_err_t err;
-    model_config_t cfg;
-    SL_ASSERT(config_load(MODEL_DIR, &cfg, &err) == 0);
-    sampler_scratch_init(&scratch, cfg.vocab_size);
     RUN(test_device_sampling_path_draws_what_the_host_path_draws);
-    sampler_scratch_free(&scratch);
+    RUN(test_rows_carry_the_requests_own_successive_draws);
     return test_summary();
 }
