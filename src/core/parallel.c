@@ -41,13 +41,20 @@
  * chunk it is running, 1/8 of its share. */
 #define PAR_CHUNKS_PER_THREAD 8
 _Static_assert(PAR_MAX_THREADS * PAR_CHUNKS_PER_THREAD < 0x10000, "chunk indices fit in 16 bits");
-/* Long enough to bridge most gaps between one op's loop and the next (the
- * small ops between them run on the caller alone), short enough that the
- * worker leaves its core to other threads between steps. 50 us decoded about
- * as fast on a quiet machine, but beside a busy process it was ~15% slower,
- * and serving the 1M-parameter model it kept the HTTP threads off the cores
- * (e2e.metrics' TTFT check failed 2 runs in 3). */
+/* How long an idle worker spins before it sleeps. Long enough to bridge most
+ * gaps between one op's loop and the next (the small ops between them run on
+ * the caller alone), short enough that the worker leaves its core to other
+ * threads between steps. 50 us decoded about as fast on a quiet machine, but
+ * beside a busy process it was ~15% slower, and serving the 1M-parameter
+ * model it kept the HTTP threads off the cores (e2e.metrics' TTFT check
+ * failed 2 runs in 3). */
 #define PAR_SPIN_S 5e-6
+/* How long the caller spins for the chunks workers are still running before
+ * it sleeps. Its wait is bounded by one chunk (it has taken every chunk not
+ * yet started), so it can spin longer: at 5 us it slept in ~45% of a batched
+ * step's loops and paid a wake-up for each (2-thread `bench throughput`
+ * ~8% slower than at 50 us); at 50 us it sleeps in under 1%. */
+#define PAR_CALLER_SPIN_S 50e-6
 
 typedef struct {
     _Alignas(64) _Atomic uint64_t word; /* generation << 32 | front << 16 | back (chunk indices) */
@@ -149,15 +156,15 @@ static void run_job(uint32_t g, int worker, bool is_caller) {
     }
 }
 
-/* Spins for at most PAR_SPIN_S until (*word == value) == until_equal.
+/* Spins for at most spin_s seconds until (*word == value) == until_equal.
  * Returns whether that happened. */
-static bool spin_until(atomic_uint *word, unsigned value, bool until_equal) {
+static bool spin_until(atomic_uint *word, unsigned value, bool until_equal, double spin_s) {
     double deadline = 0.0;
     for (uint32_t i = 1;; i++) {
         if ((atomic_load_explicit(word, memory_order_acquire) == value) == until_equal) return true;
         if (i % 64 == 0) {
             double now = sl_now_s();
-            if (deadline == 0.0) deadline = now + PAR_SPIN_S;
+            if (deadline == 0.0) deadline = now + spin_s;
             else if (now > deadline) return false;
         }
         cpu_relax();
@@ -173,7 +180,7 @@ static void *worker_main(void *p) {
     for (;;) {
         /* A worker the thread count leaves out sleeps without spinning. */
         bool spin = id < atomic_load(&P.n_threads);
-        if (!spin || !spin_until(&P.gen, seen, false)) {
+        if (!spin || !spin_until(&P.gen, seen, false, PAR_SPIN_S)) {
             pthread_mutex_lock(&P.mu);
             atomic_fetch_add(&P.n_sleeping, 1);
             while (atomic_load(&P.gen) == seen) pthread_cond_wait(&P.job_cv, &P.mu);
@@ -228,7 +235,7 @@ void parallel_for(int64_t n, int max_threads, parallel_fn_t fn, void *arg) {
         pthread_mutex_unlock(&P.mu);
     }
     run_job(g, 0, true);
-    if (!spin_until(&P.done, n_chunks, true)) {
+    if (!spin_until(&P.done, n_chunks, true, PAR_CALLER_SPIN_S)) {
         pthread_mutex_lock(&P.mu);
         while (atomic_load_explicit(&P.done, memory_order_acquire) != n_chunks)
             pthread_cond_wait(&P.done_cv, &P.mu);
