@@ -173,6 +173,13 @@ def main():
             ("temperature -1 -> BadRequestError",
              lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, temperature=-1),
              openai.BadRequestError, "temperature"),
+            # -1 is a value, not "absent": it must not generate up to the context limit.
+            ("max_tokens -1 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=-1),
+             openai.BadRequestError, "max_tokens must be at least 1, got -1."),
+            ("chat max_completion_tokens -1 -> BadRequestError",
+             lambda: client.chat.completions.create(model=NAME, messages=msgs, max_completion_tokens=-1),
+             openai.BadRequestError, "max_tokens must be at least 1, got -1."),
         ]:
             try:
                 fn()

@@ -13,6 +13,7 @@
 
 #include "servelab/chat_template.h"
 #include "servelab/openai.h"
+#include "servelab/sampling_json.h"
 #include "servelab/tokenizer.h"
 #include "test.h"
 
@@ -312,6 +313,62 @@ static void test_max_tokens_defaults(void) {
     CHECK_EQ_INT(r.prompts[0].max_tokens, 10);
     oai_request_free(&r);
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "", "max_tokens must be at least 1, got 0.");
+}
+
+/* -1 is a value a client can send, not "absent": vLLM's SamplingParams refuses it. */
+static void test_negative_one_max_tokens_is_refused_not_absent(void) {
+    oai_ctx_t c = fake_ctx(100);
+    const char *msg = "max_tokens must be at least 1, got -1.";
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-1}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":-1}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1}",
+              "", msg);
+    /* `max_completion_tokens or max_tokens`: -1 is truthy, so it wins over a valid max_tokens */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1,\"max_tokens\":5}", "",
+              msg);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-2}", "", "max_tokens must be at least 1, got -2.");
+    /* with generation_config's cap too: the cap never turns -1 into a length */
+    c.gen.max_new_tokens = 10;
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-1}", "", msg);
+}
+
+/* seed -1 is vLLM's "no seed" (SamplingParams.__post_init__); other values are seeds. */
+static void test_seed_minus_one_means_no_seed(void) {
+    oai_ctx_t c = fake_ctx(64);
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":-1}", &r, &e), 0);
+    CHECK(!r.params.has_seed);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":0}", &r, &e), 0);
+    CHECK(r.params.has_seed && r.params.seed == 0);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":-2}", &r, &e), 0);
+    CHECK(r.params.has_seed && r.params.seed == (uint64_t)-2);
+    oai_request_free(&r);
+}
+
+/* The sampling reader's -1 is "no logprobs": a sent -1 must not read as that. */
+static void test_sampling_json_refuses_negative_logprobs(void) {
+    sampling_params_t p;
+    sl_err_t err = {{0}};
+    cJSON *j = cJSON_Parse("{\"logprobs\":-1}");
+    sampling_params_default(&p);
+    CHECK_EQ_INT(sampling_params_from_json(j, &p, &err), -1);
+    CHECK_STR(err.msg, "logprobs must be non-negative, got -1.");
+    sampling_params_free(&p);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"logprobs\":0,\"seed\":-1}");
+    sampling_params_default(&p);
+    p.has_seed = true; /* a seed set before (a CLI default) is dropped by -1 */
+    CHECK_EQ_INT(sampling_params_from_json(j, &p, &err), 0);
+    CHECK(p.logprobs == 0 && !p.has_seed);
+    sampling_params_free(&p);
+    cJSON_Delete(j);
+    oai_ctx_t c = fake_ctx(64);
+    /* completions keep vLLM's request-level message, which comes first */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":-1}", "", "`logprobs` must be a positive value.");
 }
 
 static void test_generation_config_defaults(void) {
@@ -898,6 +955,9 @@ int main(void) {
     RUN(test_stream_options);
     RUN(test_context_length_messages);
     RUN(test_max_tokens_defaults);
+    RUN(test_negative_one_max_tokens_is_refused_not_absent);
+    RUN(test_seed_minus_one_means_no_seed);
+    RUN(test_sampling_json_refuses_negative_logprobs);
     RUN(test_generation_config_defaults);
     RUN(test_n_bounds);
     RUN(test_unsupported_fields_are_refused);
