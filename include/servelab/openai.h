@@ -29,7 +29,7 @@ typedef struct {
     void *user;
     int (*encode)(void *user, const char *text, size_t len, bool add_special_tokens,
                   int32_t **ids_out, sl_err_t *err);
-    char *(*decode)(void *user, const int32_t *ids, size_t n, bool skip_special_tokens);
+    char *(*decode)(void *user, const int32_t *ids, size_t n, bool skip_special_tokens, size_t *len_out);
     int (*piece)(void *user, int32_t id, char *buf, size_t cap);
 } oai_tok_t;
 

@@ -7,6 +7,13 @@
  * (structured output, beam search, prompt logprobs, ...) are a 400 naming the
  * field rather than silently different output. Tokenization goes through the
  * context's callbacks so the whole path runs in the fuzz build without a tokenizer.
+ * JSON is as strict as Python's: raw control characters (U+0000-U+001F) in strings
+ * are invalid JSON, which cJSON would accept, so the raw body is scanned first
+ * (oai_json_scan). An escaped "\u0000" is valid JSON and vLLM keeps it as a
+ * character (its tokenizer encodes it like any other); here it is refused with its
+ * own message, because cJSON, the chat template engine and the tokenizer's callers
+ * hold strings as NUL-terminated C strings, and a 400 is better than a prompt
+ * silently cut at the NUL.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -77,31 +84,6 @@ int oai_bad_field(oai_error_t *err, const char *field, const char *fmt, ...) {
 
 /* ---- bytes to a JSON object -------------------------------------------------------- */
 
-/* Nesting depth and "\u0000" escapes (a NUL would cut our C strings short), in one
- * pass before cJSON recurses: 0 ok, 1 too deep, 2 NUL escape. */
-static int scan_json(const char *s, size_t n, int max_depth) {
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\' && i + 1 < n) {
-                if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return 2;
-                i++;
-            } else if (c == '"') {
-                in_str = false;
-            }
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max_depth) return 1;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return 0;
-}
-
 typedef struct {
     cJSON *item;
     int pos;
@@ -147,12 +129,16 @@ static cJSON *parse_body(const char *body, size_t len, oai_error_t *err) {
         bad_request(err, NULL, "The request body is not valid UTF-8.");
         return NULL;
     }
-    int s = scan_json(body, len, OAI_MAX_JSON_DEPTH);
-    if (s == 1) {
+    size_t at = 0;
+    switch (oai_json_scan(body, len, OAI_MAX_JSON_DEPTH, &at)) {
+    case OAI_JSON_OK: break;
+    case OAI_JSON_TOO_DEEP:
         bad_request(err, NULL, "The request body is nested deeper than %d levels.", OAI_MAX_JSON_DEPTH);
         return NULL;
-    }
-    if (s == 2) {
+    case OAI_JSON_CONTROL_CHAR: /* what cJSON would say, had it been strict */
+        bad_request(err, NULL, "The request body is not valid JSON (at byte %ld).", (long)at);
+        return NULL;
+    case OAI_JSON_NUL_ESCAPE:
         bad_request(err, NULL, "The request body contains a NUL character (\\u0000), which is not supported.");
         return NULL;
     }
@@ -346,10 +332,14 @@ static int token_list(const oai_ctx_t *ctx, const cJSON *arr, const char *name, 
     return 0;
 }
 
+/* The text of token ids (echo, /detokenize), NUL bytes included: *len is its length. */
 static char *decode_ids(const oai_ctx_t *ctx, const int32_t *ids, int32_t n, size_t *len) {
-    char *s = ctx->tok.decode ? ctx->tok.decode(ctx->tok.user, ids, (size_t)n, false) : NULL;
-    if (!s) s = sl_strdup("");
-    *len = strlen(s);
+    *len = 0;
+    char *s = ctx->tok.decode ? ctx->tok.decode(ctx->tok.user, ids, (size_t)n, false, len) : NULL;
+    if (!s) {
+        s = sl_strdup("");
+        *len = 0;
+    }
     return s;
 }
 

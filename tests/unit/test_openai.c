@@ -43,7 +43,7 @@ static int fake_piece(void *user, int32_t id, char *buf, size_t cap) {
     return n;
 }
 
-static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
+static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
     char *s = malloc(8 * n + 1), *p = s;
     for (size_t i = 0; i < n; i++) {
         if (skip_special && ids[i] < 3) continue;
@@ -52,6 +52,7 @@ static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_spe
         if (k > 0) memcpy(p, buf, (size_t)k), p += k;
     }
     *p = 0;
+    if (len_out) *len_out = (size_t)(p - s);
     return s;
 }
 
@@ -124,6 +125,96 @@ static void test_body_must_be_utf8_json_object(void) {
     CHECK_BAD(&c, OAI_COMPLETION, "[1,2]", "", "The request body must be a JSON object.");
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", "",
               "The request body contains a NUL character (\\u0000), which is not supported.");
+}
+
+/* Parses `len` bytes of `body` (which may hold NULs) and expects a 400 with `msg`. */
+static void expect_bad_bytes(const oai_ctx_t *c, oai_kind_t kind, const char *body, size_t len, const char *msg) {
+    oai_request_t r;
+    oai_error_t e;
+    memset(&e, 0, sizeof e);
+    int rc = oai_request_parse(c, kind, body, len, &r, &e);
+    CHECK_EQ_INT(rc, -1);
+    CHECK_EQ_INT(e.status, 400);
+    if (rc == -1 && strcmp(e.message, msg)) {
+        fprintf(stderr, "  got      [%s]\n  expected [%s]\n", e.message, msg);
+        CHECK(!"message differs");
+    }
+    if (rc == 0) fprintf(stderr, "  accepted, prompt of %d tokens\n", r.prompts[0].n_ids);
+    oai_request_free(&r);
+}
+
+/* RFC 8259: U+0000-U+001F must be escaped inside strings, and only space, \t, \n
+ * and \r may stand between tokens. cJSON takes both; Python's json refuses them. */
+static void test_raw_control_characters_are_invalid_json(void) {
+    oai_ctx_t c = fake_ctx(64);
+    static const char nul_in_prompt[] = "{\"prompt\":\"abc\0def\"}";
+    expect_bad_bytes(&c, OAI_COMPLETION, nul_in_prompt, sizeof nul_in_prompt - 1,
+                     "The request body is not valid JSON (at byte 14).");
+    static const char nul_between[] = "{\0\"prompt\":\"a\"}";
+    expect_bad_bytes(&c, OAI_COMPLETION, nul_between, sizeof nul_between - 1,
+                     "The request body is not valid JSON (at byte 1).");
+    static const char nul_in_chat[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\0there\"}]}";
+    expect_bad_bytes(&c, OAI_CHAT, nul_in_chat, sizeof nul_in_chat - 1,
+                     "The request body is not valid JSON (at byte 41).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\x01" "b\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\nb\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\tb\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\x1f\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"pro\x02mpt\":\"a\"}", "", "The request body is not valid JSON (at byte 5).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"\x1b\"]}", "",
+              "The request body is not valid JSON (at byte 23).");
+    /* a backslash does not make the raw byte after it valid */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\\\x01\"}", "", "The request body is not valid JSON (at byte 13).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\x0b\"prompt\":\"a\"}", "", "The request body is not valid JSON (at byte 1).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\"\x0c}", "", "The request body is not valid JSON (at byte 13).");
+    /* accepted: JSON's whitespace between tokens, escaped control characters, DEL */
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\r\n\t\"prompt\" :\n\"a\\u0001\\n\\t\\u001f\x7f\\\\\"\r\n}\n", &r, &e), 0);
+    CHECK(r.n_prompts == 1 && r.prompts[0].text_len == 7 && !memcmp(r.prompts[0].text, "a\x01\n\t\x1f\x7f\\", 7));
+    CHECK_EQ_INT(r.prompts[0].n_ids, 8);
+    oai_request_free(&r);
+}
+
+/* "\u0000" decodes to U+0000, which vLLM keeps; here it is refused (see the
+ * parser's header), never cut short: in the body and in tool-call arguments. */
+static void test_nul_escapes_are_refused_everywhere(void) {
+    oai_ctx_t c = fake_ctx(200);
+    const char *msg = "The request body contains a NUL character (\\u0000), which is not supported.";
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"abc\\u0000def\"}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\\u0000there\"}]}", "", msg);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"x\\u0000\"]}", "", msg);
+    /* an escaped backslash before "u0000" is the text \u0000, not a NUL */
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\\\\u0000\"}", &r, &e), 0);
+    CHECK_STR(r.prompts[0].text, "a\\u0000");
+    oai_request_free(&r);
+    /* tool-call arguments are JSON text inside a string: the same rules apply to them */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{\\\"x\\\":\\\"y\\\\u0000z\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls",
+              "messages[1].tool_calls: function.arguments contains a NUL character (\\u0000), which is not supported.");
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{\\\"x\\\":\\\"\\u0001\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls", "messages[1].tool_calls: function.arguments is not valid JSON");
+    /* and, as json.loads, nothing but whitespace after the value */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{} x\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls", "messages[1].tool_calls: function.arguments is not valid JSON");
+    CHECK_EQ_INT(parse(&c, OAI_CHAT,
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+                       "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{\\\"x\\\":\\\"\\\\u0001\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+                       &r, &e),
+                 0);
+    oai_request_free(&r);
 }
 
 static void test_json_depth_limit(void) {
@@ -476,6 +567,23 @@ static void test_completion_prompt_forms(void) {
               "prompt: prompt must be a string, array of strings, array of tokens, or array of token arrays");
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":[5,300,1000]}", "", "Token id 1000 is out of vocabulary");
     CHECK_BAD(&c, OAI_COMPLETION, "{}", "prompt", "At least one of `prompt` or `prompt_embeds` must be set.");
+}
+
+/* A decoded prompt may hold a NUL byte (the byte-fallback piece <0x00>): echo and
+ * /detokenize get all of it, not the text up to the NUL (fake tokenizer: id 3 = byte 0). */
+static void test_decoded_prompt_text_keeps_nul_bytes(void) {
+    oai_ctx_t c = fake_ctx(64);
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":[1,3,100],\"echo\":true}", &r, &e), 0);
+    CHECK_EQ_INT(r.prompts[0].text_len, 5);
+    CHECK(r.prompts[0].text_len == 5 && !memcmp(r.prompts[0].text, "<s>\0a", 5));
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_DETOKENIZE, "{\"tokens\":[100,3,101]}", &r, &e), 0);
+    char *body = oai_detokenize_body(&r, NULL);
+    CHECK_STR(body, "{\"prompt\":\"a\\u0000b\"}");
+    free(body);
+    oai_request_free(&r);
 }
 
 static void test_truncate_prompt_tokens(void) {
@@ -946,6 +1054,8 @@ int main(void) {
         return 1;
     }
     RUN(test_body_must_be_utf8_json_object);
+    RUN(test_raw_control_characters_are_invalid_json);
+    RUN(test_nul_escapes_are_refused_everywhere);
     RUN(test_json_depth_limit);
     RUN(test_duplicate_keys_keep_the_last);
     RUN(test_wrong_types_name_the_field);
@@ -963,6 +1073,7 @@ int main(void) {
     RUN(test_unsupported_fields_are_refused);
     RUN(test_ignored_fields_message);
     RUN(test_completion_prompt_forms);
+    RUN(test_decoded_prompt_text_keeps_nul_bytes);
     RUN(test_truncate_prompt_tokens);
     RUN(test_chat_renders_and_tokenizes_on_tiny);
     RUN(test_chat_content_parts_and_messages);
