@@ -37,7 +37,7 @@ typedef struct {
  * applies when its has_ flag is set; max_new_tokens caps the default max_tokens. */
 typedef struct {
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty;
-    float temperature, top_p, min_p, repetition_penalty;
+    double temperature, top_p, min_p, repetition_penalty; /* as the file's JSON numbers */
     int32_t top_k;
     int32_t max_new_tokens;          /* 0 = no cap */
 } oai_gen_defaults_t;

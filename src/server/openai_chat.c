@@ -452,7 +452,7 @@ int oai_gen_defaults_load(const char *model_dir, oai_gen_defaults_t *out, sl_err
     struct {
         const char *key;
         bool *has;
-        float *val;
+        double *val;
     } floats[] = {{"temperature", &out->has_temperature, &out->temperature},
                   {"top_p", &out->has_top_p, &out->top_p},
                   {"min_p", &out->has_min_p, &out->min_p},
@@ -463,7 +463,7 @@ int oai_gen_defaults_load(const char *model_dir, oai_gen_defaults_t *out, sl_err
         if (!v || cJSON_IsNull(v)) continue;
         if (!cJSON_IsNumber(v)) rc = sl_fail(err, "%s: %s is not a number", path, floats[i].key);
         *floats[i].has = true;
-        *floats[i].val = (float)v->valuedouble;
+        *floats[i].val = v->valuedouble;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "top_k");
     if (!rc && v && !cJSON_IsNull(v)) {

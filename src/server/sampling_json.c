@@ -22,12 +22,14 @@ bool sampling_json_is_known_key(const char *key) {
     return false;
 }
 
-static int get_float(const cJSON *obj, const char *key, float *out, sl_err_t *err) {
+/* A real-valued field, kept as the double JSON gave (Python's float): no
+ * narrowing before the range checks. A number too large for a double (1e400)
+ * is inf, as in Python, and the range checks name it. */
+static int get_double(const cJSON *obj, const char *key, double *out, sl_err_t *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return sl_fail(err, "%s: expected a number", key);
-    *out = (float)v->valuedouble;
+    if (!cJSON_IsNumber(v) || isnan(v->valuedouble)) return sl_fail(err, "%s: expected a number", key);
+    *out = v->valuedouble;
     return 0;
 }
 
@@ -84,12 +86,12 @@ static int get_seed(const cJSON *obj, sampling_params_t *p, sl_err_t *err) {
 
 int sampling_params_from_json(const cJSON *obj, sampling_params_t *p, sl_err_t *err) {
     if (!cJSON_IsObject(obj)) return sl_fail(err, "expected a JSON object");
-    if (get_int(obj, "n", &p->n, err) || get_float(obj, "temperature", &p->temperature, err) ||
-        get_float(obj, "top_p", &p->top_p, err) || get_int(obj, "top_k", &p->top_k, err) ||
-        get_float(obj, "min_p", &p->min_p, err) ||
-        get_float(obj, "repetition_penalty", &p->repetition_penalty, err) ||
-        get_float(obj, "presence_penalty", &p->presence_penalty, err) ||
-        get_float(obj, "frequency_penalty", &p->frequency_penalty, err) ||
+    if (get_int(obj, "n", &p->n, err) || get_double(obj, "temperature", &p->temperature, err) ||
+        get_double(obj, "top_p", &p->top_p, err) || get_int(obj, "top_k", &p->top_k, err) ||
+        get_double(obj, "min_p", &p->min_p, err) ||
+        get_double(obj, "repetition_penalty", &p->repetition_penalty, err) ||
+        get_double(obj, "presence_penalty", &p->presence_penalty, err) ||
+        get_double(obj, "frequency_penalty", &p->frequency_penalty, err) ||
         get_int(obj, "max_tokens", &p->max_tokens, err) || get_int(obj, "min_tokens", &p->min_tokens, err) ||
         get_bool(obj, "ignore_eos", &p->ignore_eos, err) ||
         get_bool(obj, "include_stop_str_in_output", &p->include_stop_str_in_output, err) ||

@@ -180,6 +180,10 @@ def main():
             ("chat max_completion_tokens -1 -> BadRequestError",
              lambda: client.chat.completions.create(model=NAME, messages=msgs, max_completion_tokens=-1),
              openai.BadRequestError, "max_tokens must be at least 1, got -1."),
+            # The range is checked on the number sent, not on its float32 rounding (1.0).
+            ("top_p 1.0000000000000002 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, top_p=1.0000000000000002),
+             openai.BadRequestError, "top_p must be in (0, 1], got 1.0000000000000002."),
         ]:
             try:
                 fn()

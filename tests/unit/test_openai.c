@@ -465,12 +465,12 @@ static void test_sampling_json_refuses_negative_logprobs(void) {
 static void test_generation_config_defaults(void) {
     oai_ctx_t c = fake_ctx(100);
     c.gen.has_temperature = c.gen.has_top_k = true;
-    c.gen.temperature = 0.6f;
+    c.gen.temperature = 0.6;
     c.gen.top_k = 20;
     oai_request_t r;
     oai_error_t e;
     CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\"}", &r, &e), 0);
-    CHECK(r.params.temperature == 0.6f && r.params.top_k == 20 && r.params.top_p == 1.0f);
+    CHECK(r.params.temperature == 0.6 && r.params.top_k == 20 && r.params.top_p == 1.0);
     oai_request_free(&r);
     CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":0,\"top_k\":null}", &r, &e), 0);
     CHECK(r.params.temperature == 0.0f && r.params.top_k == 20);
@@ -484,10 +484,45 @@ static void test_generation_config_defaults(void) {
     const char *gc = "{\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,\"max_new_tokens\":256,\"do_sample\":true}";
     CHECK_EQ_INT(test_write_file("/tmp/test_openai_gc/generation_config.json", gc, strlen(gc)), 0);
     CHECK_EQ_INT(oai_gen_defaults_load("/tmp/test_openai_gc", &g, &err), 0);
-    CHECK(g.has_temperature && g.temperature == 0.7f && g.has_top_p && g.top_p == 0.9f && g.has_top_k &&
+    CHECK(g.has_temperature && g.temperature == 0.7 && g.has_top_p && g.top_p == 0.9 && g.has_top_k &&
           g.top_k == 40 && !g.has_min_p && g.max_new_tokens == 256);
     CHECK_EQ_INT(test_write_file("/tmp/test_openai_gc/generation_config.json", "{\"top_p\":\"x\"}", 13), 0);
     CHECK_EQ_INT(oai_gen_defaults_load("/tmp/test_openai_gc", &g, &err), -1);
+}
+
+/* Sampling ranges are checked on the JSON number as parsed (a double), with vLLM's
+ * messages, so a value just outside a range is refused even when float32 rounds it in. */
+static void test_sampling_ranges_use_the_number_as_sent(void) {
+    oai_ctx_t c = fake_ctx(64);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1.0000000000000002}", "",
+              "top_p must be in (0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":1.0000000000000002}",
+              "", "top_p must be in (0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"min_p\":1.0000000000000002}", "",
+              "min_p must be in [0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"min_p\":-1e-50}", "", "min_p must be in [0, 1], got -1e-50.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":-1e-50}", "",
+              "temperature must be non-negative, got -1e-50.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":2.0000000000000004}", "",
+              "presence_penalty must be in [-2, 2], got 2.0000000000000004.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":-2.0000000000000004}", "",
+              "frequency_penalty must be in [-2, 2], got -2.0000000000000004.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"repetition_penalty\":-1e-50}", "",
+              "repetition_penalty must be greater than zero, got -1e-50.");
+    /* JSON's 1e400 is Python's inf: SamplingParams names it */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1e400}", "", "top_p must be in (0, 1], got inf.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":1e400}", "",
+              "temperature must be a finite number, got inf.");
+    oai_request_t r;
+    oai_error_t e;
+    /* in range as sent, though float32 rounds it to 0 */
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1e-50,\"temperature\":1e-50}", &r, &e), 0);
+    CHECK(r.params.top_p == 1e-50 && r.params.temperature == 1e-50);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1,\"min_p\":0,\"presence_penalty\":-2,"
+                                           "\"frequency_penalty\":2,\"repetition_penalty\":2.5,\"temperature\":0}", &r, &e),
+                 0);
+    oai_request_free(&r);
 }
 
 static void test_n_bounds(void) {
@@ -1069,6 +1104,7 @@ int main(void) {
     RUN(test_seed_minus_one_means_no_seed);
     RUN(test_sampling_json_refuses_negative_logprobs);
     RUN(test_generation_config_defaults);
+    RUN(test_sampling_ranges_use_the_number_as_sent);
     RUN(test_n_bounds);
     RUN(test_unsupported_fields_are_refused);
     RUN(test_ignored_fields_message);
