@@ -11,9 +11,9 @@
  * are invalid JSON, which cJSON would accept, so the raw body is scanned first
  * (oai_json_scan). An escaped "\u0000" is valid JSON and vLLM keeps it as a
  * character (its tokenizer encodes it like any other); here it is refused with its
- * own message, because cJSON, the chat template engine and the tokenizer's callers
- * hold strings as NUL-terminated C strings, and a 400 is better than a prompt
- * silently cut at the NUL.
+ * own message, because cJSON and the chat template engine hold strings as
+ * NUL-terminated C strings, and a 400 is better than a prompt silently cut at
+ * the NUL.
  */
 #include <math.h>
 #include <stdarg.h>
