@@ -38,8 +38,8 @@ static void decode_all(const tokenizer_t *tok, const cJSON *lists, cJSON *plain,
         int n = cJSON_GetArraySize(l);
         int32_t *ids = sl_malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
         for (int i = 0; i < n; i++) ids[i] = (int32_t)cJSON_GetArrayItem(l, i)->valuedouble;
-        char *a = tok_decode(tok, ids, (size_t)n, false);
-        char *b = tok_decode(tok, ids, (size_t)n, true);
+        char *a = tok_decode(tok, ids, (size_t)n, false, NULL);
+        char *b = tok_decode(tok, ids, (size_t)n, true, NULL);
         cJSON_AddItemToArray(plain, cJSON_CreateString(a));
         cJSON_AddItemToArray(skip, cJSON_CreateString(b));
         free(a);

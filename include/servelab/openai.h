@@ -29,7 +29,7 @@ typedef struct {
     void *user;
     int (*encode)(void *user, const char *text, size_t len, bool add_special_tokens,
                   int32_t **ids_out, sl_err_t *err);
-    char *(*decode)(void *user, const int32_t *ids, size_t n, bool skip_special_tokens);
+    char *(*decode)(void *user, const int32_t *ids, size_t n, bool skip_special_tokens, size_t *len_out);
     int (*piece)(void *user, int32_t id, char *buf, size_t cap);
 } oai_tok_t;
 
@@ -37,7 +37,7 @@ typedef struct {
  * applies when its has_ flag is set; max_new_tokens caps the default max_tokens. */
 typedef struct {
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_repetition_penalty;
-    float temperature, top_p, min_p, repetition_penalty;
+    double temperature, top_p, min_p, repetition_penalty; /* as the file's JSON numbers */
     int32_t top_k;
     int32_t max_new_tokens;          /* 0 = no cap */
 } oai_gen_defaults_t;

@@ -1,8 +1,12 @@
 /* sampling.h - a request's sampling parameters (vLLM's SamplingParams).
  *
  * The fields with vLLM's defaults and ranges, validation with vLLM's messages,
- * deep copy and free. What the parameters do to a row of logits is
- * sampler.h's; reading them from a request's JSON is sampling_json.h's.
+ * deep copy and free. The real-valued fields are doubles, as vLLM's Python
+ * floats are: ranges are checked on the value a client sent (top_p
+ * 1.0000000000000002 is outside (0, 1] though it is 1.0 as a float32), and the
+ * sampler narrows them to float32 when it builds a row, as vLLM's tensors do.
+ * What the parameters do to a row of logits is sampler.h's; reading them from a
+ * request's JSON is sampling_json.h's.
  */
 #ifndef SERVELAB_SAMPLING_H
 #define SERVELAB_SAMPLING_H
@@ -15,13 +19,13 @@
 
 typedef struct {
     int32_t n;                      /* completions per prompt (1) */
-    float temperature;              /* 0 = greedy (1.0) */
-    float top_p;                    /* (0, 1] (1.0 = off) */
+    double temperature;             /* >= 0, finite; 0 = greedy (1.0) */
+    double top_p;                   /* (0, 1] (1.0 = off) */
     int32_t top_k;                  /* 0 or -1 = off */
-    float min_p;                    /* [0, 1] (0 = off) */
-    float repetition_penalty;       /* > 0 (1.0 = off) */
-    float presence_penalty;         /* [-2, 2] (0) */
-    float frequency_penalty;        /* [-2, 2] (0) */
+    double min_p;                   /* [0, 1] (0 = off) */
+    double repetition_penalty;      /* > 0, finite (1.0 = off) */
+    double presence_penalty;        /* [-2, 2] (0) */
+    double frequency_penalty;       /* [-2, 2] (0) */
     int32_t n_logit_bias;
     int32_t *logit_bias_ids;        /* (n_logit_bias) owned */
     float *logit_bias_values;       /* (n_logit_bias) owned, clamped to [-100, 100] */

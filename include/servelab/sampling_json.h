@@ -6,7 +6,9 @@
  * stop_token_ids, stop (a string or a list of strings), include_stop_str_in_output,
  * logprobs, skip_special_tokens. JSON null means "default". A wrong type is
  * an error naming the field; the values' ranges are checked later by
- * sampling_params_validate. Keys not listed are left to the caller.
+ * sampling_params_validate, except where a value a client can send would read
+ * as the struct's "unset": a negative logprobs is refused here (-1 is "none"),
+ * and seed -1 means no seed, as in vLLM. Keys not listed are left to the caller.
  */
 #ifndef SERVELAB_SAMPLING_JSON_H
 #define SERVELAB_SAMPLING_JSON_H

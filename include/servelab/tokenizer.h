@@ -47,8 +47,11 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, bool add_sp
  * decode(ids, skip_special_tokens) does (clean_up_tokenization_spaces and
  * spaces_between_special_tokens off): the dummy-prefix space of the first
  * piece is dropped. Each byte that starts no valid UTF-8 sequence becomes
- * U+FFFD (sentencepiece's rule). Ids out of range are ignored. */
-char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens);
+ * U+FFFD (sentencepiece's rule). Ids out of range are ignored. The text may
+ * hold NUL bytes (the byte piece <0x00>): *len_out (if non-NULL) is its
+ * length in bytes. */
+char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens,
+                 size_t *len_out);
 
 /* The raw bytes a piece stands for: U+2581 becomes ' ', <0xNN> becomes the
  * byte NN, special tokens are their text. Copies at most cap-1 bytes plus a

@@ -19,21 +19,22 @@
 #include <string.h>
 
 /* vLLM's _SAMPLING_EPS: a temperature below it means greedy. */
-#define SAMPLING_GREEDY_EPS 1e-5f
+#define SAMPLING_GREEDY_EPS 1e-5
 /* vLLM's _MAX_TEMP: smaller positive temperatures are raised to it (vLLM
  * warns that they overflow its float32 softmax; it changes which tokens can
  * be drawn, so we do the same to draw the same distribution). */
-#define SAMPLING_MIN_TEMPERATURE 1e-2f
+#define SAMPLING_MIN_TEMPERATURE 1e-2
 /* OpenAI's (and vLLM's) clamp on logit_bias values. */
 #define SAMPLING_MAX_BIAS 100.0f
 
 /* ---- resolution into a row -------------------------------------------------- */
 
 /* The temperature vLLM samples at: (0, 0.01) raised to 0.01 first, so only 0
- * falls below the greedy threshold afterwards. */
-static float effective_temperature(const sampling_params_t *p) {
-    float T = p->temperature;
-    return T > 0.0f && T < SAMPLING_MIN_TEMPERATURE ? SAMPLING_MIN_TEMPERATURE : T;
+ * falls below the greedy threshold afterwards. In double, as vLLM decides it on
+ * the Python float: 1e-300 is raised, not taken for 0 as float32 would. */
+static double effective_temperature(const sampling_params_t *p) {
+    double T = p->temperature;
+    return T > 0.0 && T < SAMPLING_MIN_TEMPERATURE ? SAMPLING_MIN_TEMPERATURE : T;
 }
 
 bool sampling_draws(const sampling_params_t *p) { return !(effective_temperature(p) < SAMPLING_GREEDY_EPS); }
@@ -41,8 +42,8 @@ bool sampling_draws(const sampling_params_t *p) { return !(effective_temperature
 /* Which history the penalties read: the prompt only for repetition,
  * the output for any of the three (frequency and presence count it only). */
 static void penalty_history(const sampling_params_t *p, int32_t *n_prompt, int32_t *n_output) {
-    bool rep = p->repetition_penalty != 1.0f;
-    bool any = rep || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+    bool rep = p->repetition_penalty != 1.0;
+    bool any = rep || p->frequency_penalty != 0.0 || p->presence_penalty != 0.0;
     if (!rep) *n_prompt = 0;
     if (!any) *n_output = 0;
 }
@@ -61,13 +62,14 @@ int64_t sampling_row_resolve(sampling_row_t *row, const sampling_params_t *p, co
                              int n_eos, double u, int32_t *ids, float *bias, int64_t off) {
     SL_ASSERT(off >= 0 && off + sampling_row_n_ids(p, n_prompt, n_output, n_eos) <= INT32_MAX);
     memset(row, 0, sizeof *row);
-    row->temperature = sampling_draws(p) ? effective_temperature(p) : 0.0f;
-    row->top_p = p->top_p;
-    row->min_p = p->min_p;
+    /* The row is float32, as vLLM's sampling tensors: the parameters narrow here. */
+    row->temperature = sampling_draws(p) ? (float)effective_temperature(p) : 0.0f;
+    row->top_p = (float)p->top_p;
+    row->min_p = (float)p->min_p;
     row->top_k = p->top_k;
-    row->repetition_penalty = p->repetition_penalty;
-    row->presence_penalty = p->presence_penalty;
-    row->frequency_penalty = p->frequency_penalty;
+    row->repetition_penalty = (float)p->repetition_penalty;
+    row->presence_penalty = (float)p->presence_penalty;
+    row->frequency_penalty = (float)p->frequency_penalty;
     row->n_logprobs = p->logprobs < SAMPLING_MAX_LOGPROBS ? p->logprobs : SAMPLING_MAX_LOGPROBS;
     row->u = u;
 

@@ -16,24 +16,23 @@
 void sampling_params_default(sampling_params_t *p) {
     memset(p, 0, sizeof *p);
     p->n = 1;
-    p->temperature = 1.0f;
-    p->top_p = 1.0f;
+    p->temperature = 1.0;
+    p->top_p = 1.0;
     p->top_k = 0;
-    p->min_p = 0.0f;
-    p->repetition_penalty = 1.0f;
+    p->min_p = 0.0;
+    p->repetition_penalty = 1.0;
     p->max_tokens = 16;
     p->logprobs = -1;
     p->skip_special_tokens = true;
 }
 
 /* Writes `x` as Python's repr(float) writes the number the request held
- * ("-1.0", "0.1", "2.5", "1e-05", "3e+20", "nan"), so that our messages read
- * exactly like vLLM's f-strings. The digits are the shortest that give back
- * the same float32 (what we store), which are those of the JSON number. */
-static void py_float_repr(char *out, size_t cap, float x) {
+ * ("-1.0", "0.1", "2.5", "1e-05", "3e+20", "1.0000000000000002", "inf"), so
+ * that our messages read exactly like vLLM's f-strings. */
+static void py_float_repr(char *out, size_t cap, double x) {
     if (isnan(x)) snprintf(out, cap, "nan");
     else if (isinf(x)) snprintf(out, cap, "%s", x > 0 ? "inf" : "-inf");
-    else sl_format_py_float((double)x, 1, out, cap);
+    else sl_format_py_float(x, 0, out, cap);
 }
 
 /* vLLM's message for ids outside the vocabulary ("token_id(s) [5000, 7000] in
@@ -81,25 +80,26 @@ static bool utf8_valid(const char *str) {
 int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *err) {
     char v[48];
 #define FLOAT_FAIL(fmt, x) (py_float_repr(v, sizeof v, (x)), sl_fail(err, fmt, v))
-    /* Same checks, same order, same words as vLLM's SamplingParams._verify_args. */
+    /* Same checks, same order, same words as vLLM's SamplingParams._verify_args,
+     * on doubles as Python compares them (the boundaries are exact in both). */
     if (p->n < 1) return sl_fail(err, "n must be at least 1, got %d.", p->n);
-    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+    if (!(p->presence_penalty >= -2.0 && p->presence_penalty <= 2.0))
         return FLOAT_FAIL("presence_penalty must be in [-2, 2], got %s.", p->presence_penalty);
-    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+    if (!(p->frequency_penalty >= -2.0 && p->frequency_penalty <= 2.0))
         return FLOAT_FAIL("frequency_penalty must be in [-2, 2], got %s.", p->frequency_penalty);
     if (!isfinite(p->repetition_penalty))
         return FLOAT_FAIL("repetition_penalty must be a finite number, got %s.", p->repetition_penalty);
-    if (p->repetition_penalty <= 0.0f)
+    if (p->repetition_penalty <= 0.0)
         return FLOAT_FAIL("repetition_penalty must be greater than zero, got %s.", p->repetition_penalty);
     if (!isfinite(p->temperature))
         return FLOAT_FAIL("temperature must be a finite number, got %s.", p->temperature);
-    if (p->temperature < 0.0f)
+    if (p->temperature < 0.0)
         return FLOAT_FAIL("temperature must be non-negative, got %s.", p->temperature);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+    if (!(p->top_p > 0.0 && p->top_p <= 1.0))
         return FLOAT_FAIL("top_p must be in (0, 1], got %s.", p->top_p);
     if (p->top_k < -1) /* -1 is accepted quietly as "off", like 0 */
         return sl_fail(err, "top_k must be 0 (disable), or at least 1, got %d.", p->top_k);
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+    if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
         return FLOAT_FAIL("min_p must be in [0, 1], got %s.", p->min_p);
     if (p->max_tokens < 1) return sl_fail(err, "max_tokens must be at least 1, got %d.", p->max_tokens);
     if (p->min_tokens < 0)

@@ -600,7 +600,8 @@ static void piece_decode(const tokenizer_t *tok, sbuf_t *raw, int32_t id, bool h
  *    special token ends them: "<s>▁a</s>▁b" -> "<s> a</s>b";
  *  - U+2581 -> ' ', byte pieces -> bytes, invalid UTF-8 -> U+FFFD per byte.
  * Ids out of range are ignored. */
-char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens) {
+char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens,
+                 size_t *len_out) {
     sbuf_t raw = {0}, out = {0};
     size_t run_i = 0;     /* position in the current run */
     size_t seg_start = 0; /* where the text of the current sentencepiece Decode() starts */
@@ -638,6 +639,7 @@ char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip
     sb_put(&out, "", 0);
     utf8_sanitize(&out, raw.p, raw.n, false);
     free(raw.p);
+    if (len_out) *len_out = out.n;
     return out.p;
 }
 

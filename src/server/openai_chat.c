@@ -65,7 +65,15 @@ static int join_content(const cJSON *content, int mi, oai_sb_t *sb, oai_error_t 
     return 0;
 }
 
-/* Tool-call arguments arrive as JSON text; templates expect objects (vLLM parses them). */
+/* True when [s, end) holds only JSON whitespace. */
+static bool only_space(const char *s, const char *end) {
+    for (; s < end; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r') return false;
+    return true;
+}
+
+/* Tool-call arguments arrive as JSON text; templates expect objects (vLLM parses them
+ * with json.loads, which also refuses bytes after the value). */
 static int parse_tool_arguments(cJSON *tool_calls, int mi, oai_error_t *err) {
     char name[48];
     snprintf(name, sizeof name, "messages[%d].tool_calls", mi);
@@ -73,15 +81,18 @@ static int parse_tool_arguments(cJSON *tool_calls, int mi, oai_error_t *err) {
         cJSON *fn = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "function") : NULL;
         cJSON *args = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
         if (!cJSON_IsString(args)) continue;
-        size_t n = strlen(args->valuestring);
-        int depth = 0, max_depth = 0;
-        for (size_t i = 0; i < n; i++) { /* bound the depth before cJSON recurses */
-            char c = args->valuestring[i];
-            depth += c == '[' || c == '{';
-            depth -= c == ']' || c == '}';
-            if (depth > max_depth) max_depth = depth;
+        /* JSON text inside a string: the body's rules apply to it (parse_body, openai_request.c) */
+        size_t n = strlen(args->valuestring), at = 0;
+        oai_json_scan_t scan = oai_json_scan(args->valuestring, n, OAI_MAX_JSON_DEPTH, &at);
+        if (scan == OAI_JSON_NUL_ESCAPE)
+            return oai_bad_field(err, name, "function.arguments contains a NUL character (\\u0000), which is not "
+                                            "supported.");
+        const char *end = NULL;
+        cJSON *parsed = scan == OAI_JSON_OK ? cJSON_ParseWithLengthOpts(args->valuestring, n, &end, false) : NULL;
+        if (parsed && !only_space(end, args->valuestring + n)) {
+            cJSON_Delete(parsed);
+            parsed = NULL;
         }
-        cJSON *parsed = max_depth <= OAI_MAX_JSON_DEPTH ? cJSON_ParseWithLength(args->valuestring, n) : NULL;
         if (!parsed) return oai_bad_field(err, name, "function.arguments is not valid JSON");
         cJSON_ReplaceItemViaPointer(fn, args, parsed);
     }
@@ -441,7 +452,7 @@ int oai_gen_defaults_load(const char *model_dir, oai_gen_defaults_t *out, sl_err
     struct {
         const char *key;
         bool *has;
-        float *val;
+        double *val;
     } floats[] = {{"temperature", &out->has_temperature, &out->temperature},
                   {"top_p", &out->has_top_p, &out->top_p},
                   {"min_p", &out->has_min_p, &out->min_p},
@@ -452,7 +463,7 @@ int oai_gen_defaults_load(const char *model_dir, oai_gen_defaults_t *out, sl_err
         if (!v || cJSON_IsNull(v)) continue;
         if (!cJSON_IsNumber(v)) rc = sl_fail(err, "%s: %s is not a number", path, floats[i].key);
         *floats[i].has = true;
-        *floats[i].val = (float)v->valuedouble;
+        *floats[i].val = v->valuedouble;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "top_k");
     if (!rc && v && !cJSON_IsNull(v)) {

@@ -30,6 +30,24 @@ void sb_py_float(oai_sb_t *b, double x);
 /* Hands the buffer over (NUL-terminated; never NULL) and resets b. */
 char *sb_take(oai_sb_t *b, size_t *len_out);
 
+/* What oai_json_scan found first. */
+typedef enum {
+    OAI_JSON_OK,
+    OAI_JSON_TOO_DEEP,     /* more than max_depth nested arrays/objects */
+    OAI_JSON_CONTROL_CHAR, /* a raw byte 0x00-0x1F in a string, or between tokens other than \t \n \r */
+    OAI_JSON_NUL_ESCAPE,   /* "\u0000" in a string */
+} oai_json_scan_t;
+
+/* One pass over `n` bytes of raw JSON text before cJSON parses it, tracking only
+ * whether a byte lies inside a string literal (a backslash takes the next byte
+ * with it). It is not a parser: it finds what cJSON, being lenient, would accept
+ * or mangle. A raw control byte is invalid JSON (RFC 8259) that cJSON keeps in
+ * the string (a NUL then cuts it) or skips as space; "\u0000" would become a NUL
+ * inside a C string; and nesting deeper than `max_depth` would make cJSON recurse
+ * that deep. On anything but OAI_JSON_OK, *at is the offending byte's offset
+ * (the backslash of "\u0000"). */
+oai_json_scan_t oai_json_scan(const char *s, size_t n, int max_depth, size_t *at);
+
 /* True when `n` bytes of `s` are valid UTF-8 (no surrogates, no overlongs). */
 bool oai_utf8_valid(const char *s, size_t n);
 

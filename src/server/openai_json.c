@@ -5,6 +5,8 @@
  * and floats are written as repr(float): the shortest digits that read back as
  * the same double, "1.0" for integral values, exponent form below 1e-4 and from
  * 1e16. cJSON would write 1.0 as "1" and is not used for output for that reason.
+ * Also the byte-level checks of input: UTF-8, and the scan of raw JSON text for
+ * what cJSON would let through (see oai_json_scan in openai_internal.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +91,36 @@ char *sb_take(oai_sb_t *b, size_t *len_out) {
     b->buf = NULL;
     b->len = b->cap = 0;
     return s;
+}
+
+oai_json_scan_t oai_json_scan(const char *s, size_t n, int max_depth, size_t *at) {
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        *at = i;
+        if (c < 0x20) { /* RFC 8259: escaped in strings; between tokens only \t \n \r */
+            if (in_str || (c != '\t' && c != '\n' && c != '\r')) return OAI_JSON_CONTROL_CHAR;
+        } else if (in_str) {
+            if (c == '"') {
+                in_str = false;
+            } else if (c == '\\' && i + 1 < n) { /* the escaped byte is consumed here */
+                unsigned char e = (unsigned char)s[++i];
+                if (e < 0x20) {
+                    *at = i;
+                    return OAI_JSON_CONTROL_CHAR;
+                }
+                if (e == 'u' && n - i > 4 && !memcmp(s + i + 1, "0000", 4)) return OAI_JSON_NUL_ESCAPE;
+            }
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) return OAI_JSON_TOO_DEEP;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return OAI_JSON_OK;
 }
 
 bool oai_utf8_valid(const char *str, size_t n) {

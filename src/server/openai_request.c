@@ -7,6 +7,13 @@
  * (structured output, beam search, prompt logprobs, ...) are a 400 naming the
  * field rather than silently different output. Tokenization goes through the
  * context's callbacks so the whole path runs in the fuzz build without a tokenizer.
+ * JSON is as strict as Python's: raw control characters (U+0000-U+001F) in strings
+ * are invalid JSON, which cJSON would accept, so the raw body is scanned first
+ * (oai_json_scan). An escaped "\u0000" is valid JSON and vLLM keeps it as a
+ * character (its tokenizer encodes it like any other); here it is refused with its
+ * own message, because cJSON and the chat template engine hold strings as
+ * NUL-terminated C strings, and a 400 is better than a prompt silently cut at
+ * the NUL.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -77,31 +84,6 @@ int oai_bad_field(oai_error_t *err, const char *field, const char *fmt, ...) {
 
 /* ---- bytes to a JSON object -------------------------------------------------------- */
 
-/* Nesting depth and "\u0000" escapes (a NUL would cut our C strings short), in one
- * pass before cJSON recurses: 0 ok, 1 too deep, 2 NUL escape. */
-static int scan_json(const char *s, size_t n, int max_depth) {
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\' && i + 1 < n) {
-                if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return 2;
-                i++;
-            } else if (c == '"') {
-                in_str = false;
-            }
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > max_depth) return 1;
-        } else if (c == ']' || c == '}') {
-            depth--;
-        }
-    }
-    return 0;
-}
-
 typedef struct {
     cJSON *item;
     int pos;
@@ -147,12 +129,16 @@ static cJSON *parse_body(const char *body, size_t len, oai_error_t *err) {
         bad_request(err, NULL, "The request body is not valid UTF-8.");
         return NULL;
     }
-    int s = scan_json(body, len, OAI_MAX_JSON_DEPTH);
-    if (s == 1) {
+    size_t at = 0;
+    switch (oai_json_scan(body, len, OAI_MAX_JSON_DEPTH, &at)) {
+    case OAI_JSON_OK: break;
+    case OAI_JSON_TOO_DEEP:
         bad_request(err, NULL, "The request body is nested deeper than %d levels.", OAI_MAX_JSON_DEPTH);
         return NULL;
-    }
-    if (s == 2) {
+    case OAI_JSON_CONTROL_CHAR: /* what cJSON would say, had it been strict */
+        bad_request(err, NULL, "The request body is not valid JSON (at byte %ld).", (long)at);
+        return NULL;
+    case OAI_JSON_NUL_ESCAPE:
         bad_request(err, NULL, "The request body contains a NUL character (\\u0000), which is not supported.");
         return NULL;
     }
@@ -346,10 +332,14 @@ static int token_list(const oai_ctx_t *ctx, const cJSON *arr, const char *name, 
     return 0;
 }
 
+/* The text of token ids (echo, /detokenize), NUL bytes included: *len is its length. */
 static char *decode_ids(const oai_ctx_t *ctx, const int32_t *ids, int32_t n, size_t *len) {
-    char *s = ctx->tok.decode ? ctx->tok.decode(ctx->tok.user, ids, (size_t)n, false) : NULL;
-    if (!s) s = sl_strdup("");
-    *len = strlen(s);
+    *len = 0;
+    char *s = ctx->tok.decode ? ctx->tok.decode(ctx->tok.user, ids, (size_t)n, false, len) : NULL;
+    if (!s) {
+        s = sl_strdup("");
+        *len = 0;
+    }
     return s;
 }
 
@@ -441,26 +431,35 @@ static int sampling_type_error(const sl_err_t *e, oai_error_t *err) {
     return oai_error_set(err, 400, "BadRequestError", n ? param : NULL, "%s", e->msg);
 }
 
-/* The max_tokens the request asked for (vLLM's `max_completion_tokens or
- * max_tokens` for chat; completions' default is 16), or -1 for None. */
-static int requested_max_tokens(oai_kind_t kind, const cJSON *root, int64_t *out, oai_error_t *err) {
+/* The max_tokens a request asked for: vLLM's `max_completion_tokens or max_tokens` for
+ * chat (0 is falsy there), max_tokens for completions (absent: 16; an explicit null:
+ * None). Whatever integer a client sends is kept as sent, -1 included (SamplingParams
+ * refuses it later), so None is its own flag rather than a value a client can send. */
+typedef struct {
+    bool given;    /* false: None (the context decides) */
+    int64_t value; /* as sent when given */
+} req_max_tokens_t;
+
+static int requested_max_tokens(oai_kind_t kind, const cJSON *root, req_max_tokens_t *out, oai_error_t *err) {
     int64_t mt = 0, mct = 0;
     bool has_mt = false, has_mct = false;
     if (opt_int(root, "max_tokens", INT32_MIN, INT32_MAX, &mt, &has_mt, err)) return -1;
     if (kind == OAI_CHAT) {
         if (opt_int(root, "max_completion_tokens", INT32_MIN, INT32_MAX, &mct, &has_mct, err)) return -1;
-        *out = has_mct && mct != 0 ? mct : has_mt ? mt : -1;
+        if (has_mct && mct != 0) *out = (req_max_tokens_t){true, mct};
+        else *out = (req_max_tokens_t){has_mt, mt};
         return 0;
     }
     /* Completions: absent = 16; an explicit null = None. */
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
-    *out = has_mt ? mt : v ? -1 : 16;
+    bool sent = cJSON_GetObjectItemCaseSensitive(root, "max_tokens") != NULL;
+    *out = has_mt ? (req_max_tokens_t){true, mt} : (req_max_tokens_t){!sent, 16};
     return 0;
 }
 
 /* Context length and the final max_tokens of each prompt (vLLM's _validate_input
- * then get_max_tokens). `req_max` is -1 for None. */
-static int check_lengths(const oai_ctx_t *ctx, oai_request_t *r, int64_t req_max, oai_error_t *err) {
+ * then get_max_tokens: the smallest of the room left, the request's value and the
+ * generation config's cap; a value below 1 stays for SamplingParams to refuse). */
+static int check_lengths(const oai_ctx_t *ctx, oai_request_t *r, req_max_tokens_t req, oai_error_t *err) {
     int32_t L = ctx->max_model_len;
     for (int32_t i = 0; i < r->n_prompts; i++) {
         oai_prompt_t *p = &r->prompts[i];
@@ -471,13 +470,13 @@ static int check_lengths(const oai_ctx_t *ctx, oai_request_t *r, int64_t req_max
                                "This model's maximum context length is %d tokens. However, your request has %d "
                                "input tokens. Please reduce the length of the input messages.",
                                L, P);
-        if (req_max != -1 && (int64_t)P + req_max > L)
+        if (req.given && (int64_t)P + req.value > L)
             return bad_request(err, NULL,
                                "'max_tokens' or 'max_completion_tokens' is too large: %lld. This model's maximum "
                                "context length is %d tokens and your request has %d input tokens (%lld > %d - %d).",
-                               (long long)req_max, L, P, (long long)req_max, L, P);
+                               (long long)req.value, L, P, (long long)req.value, L, P);
         int64_t m = L - P;
-        if (req_max != -1 && req_max < m) m = req_max;
+        if (req.given && req.value < m) m = req.value;
         if (ctx->gen.max_new_tokens > 0 && ctx->gen.max_new_tokens < m) m = ctx->gen.max_new_tokens;
         p->max_tokens = (int32_t)m;
     }
@@ -540,6 +539,10 @@ static int parse_generation(const oai_ctx_t *ctx, oai_kind_t kind, cJSON *root, 
 
     sampling_params_default(&r->params);
     apply_gen_defaults(&ctx->gen, &r->params);
+    /* CompletionRequest's check_logprobs runs on the raw body, before the fields are read. */
+    const cJSON *lp_in = kind == OAI_COMPLETION ? field(root, "logprobs") : NULL;
+    if (cJSON_IsNumber(lp_in) && lp_in->valuedouble < 0)
+        return bad_request(err, NULL, "`logprobs` must be a positive value.");
     /* Chat's logprobs is a bool: keep it away from the int field of SamplingParams. */
     cJSON *chat_lp = kind == OAI_CHAT ? cJSON_DetachItemFromObjectCaseSensitive(root, "logprobs") : NULL;
     sl_err_t e = {{0}};
@@ -547,7 +550,7 @@ static int parse_generation(const oai_ctx_t *ctx, oai_kind_t kind, cJSON *root, 
     if (chat_lp) cJSON_AddItemToObject(root, "logprobs", chat_lp);
     if (rc) return sampling_type_error(&e, err);
 
-    int64_t req_max = -1;
+    req_max_tokens_t req_max;
     if (requested_max_tokens(kind, root, &req_max, err)) return -1;
     if (kind == OAI_CHAT) {
         bool lp = false;
@@ -564,8 +567,6 @@ static int parse_generation(const oai_ctx_t *ctx, oai_kind_t kind, cJSON *root, 
         r->top_logprobs = (int32_t)top;
         r->params.logprobs = r->chat_logprobs ? (int32_t)top : -1;
     } else {
-        if (r->params.logprobs < -1 || (field(root, "logprobs") && r->params.logprobs < 0))
-            return bad_request(err, NULL, "`logprobs` must be a positive value.");
         if (opt_bool(root, "echo", &r->echo, err)) return -1;
         if (r->echo && r->params.logprobs >= 0)
             return bad_request(err, "echo", "`echo` with `logprobs` needs prompt logprobs, which this server "

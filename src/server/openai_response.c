@@ -18,8 +18,8 @@
 static int bound_encode(void *user, const char *text, size_t len, bool add_special, int32_t **ids, sl_err_t *err) {
     return tok_encode(user, text, len, add_special, ids, err);
 }
-static char *bound_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
-    return tok_decode(user, ids, n, skip_special);
+static char *bound_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
+    return tok_decode(user, ids, n, skip_special, len_out);
 }
 static int bound_piece(void *user, int32_t id, char *buf, size_t cap) { return tok_piece_bytes(user, id, buf, cap); }
 

@@ -22,12 +22,14 @@ bool sampling_json_is_known_key(const char *key) {
     return false;
 }
 
-static int get_float(const cJSON *obj, const char *key, float *out, sl_err_t *err) {
+/* A real-valued field, kept as the double JSON gave (Python's float): no
+ * narrowing before the range checks. A number too large for a double (1e400)
+ * is inf, as in Python, and the range checks name it. */
+static int get_double(const cJSON *obj, const char *key, double *out, sl_err_t *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return sl_fail(err, "%s: expected a number", key);
-    *out = (float)v->valuedouble;
+    if (!cJSON_IsNumber(v) || isnan(v->valuedouble)) return sl_fail(err, "%s: expected a number", key);
+    *out = v->valuedouble;
     return 0;
 }
 
@@ -56,32 +58,48 @@ static int get_bool(const cJSON *obj, const char *key, bool *out, sl_err_t *err)
     return 0;
 }
 
+/* logprobs: -1 is the struct's "none" (vLLM's None), so a negative value sent by a
+ * client cannot be stored; it is refused here with SamplingParams' words. */
+static int get_logprobs(const cJSON *obj, int32_t *out, sl_err_t *err) {
+    int32_t lp = 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "logprobs");
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (get_int(obj, "logprobs", &lp, err)) return -1;
+    if (lp < 0) return sl_fail(err, "logprobs must be non-negative, got %d.", lp);
+    *out = lp;
+    return 0;
+}
+
+/* seed: -1 means no seed, as SamplingParams.__post_init__ has it (a seed set
+ * before, e.g. a CLI default, is dropped); any other integer is the seed. */
+static int get_seed(const cJSON *obj, sampling_params_t *p, sl_err_t *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "seed");
+    if (!v || cJSON_IsNull(v)) return 0;
+    int64_t seed = 0;
+    if (as_int(v, "seed", INT64_MIN / 2, INT64_MAX / 2, &seed, err)) return -1;
+    p->has_seed = seed != -1;
+    p->seed = seed != -1 ? (uint64_t)seed : 0;
+    return 0;
+}
+
 #define MAX_LIST 1024
 
 int sampling_params_from_json(const cJSON *obj, sampling_params_t *p, sl_err_t *err) {
     if (!cJSON_IsObject(obj)) return sl_fail(err, "expected a JSON object");
-    if (get_int(obj, "n", &p->n, err) || get_float(obj, "temperature", &p->temperature, err) ||
-        get_float(obj, "top_p", &p->top_p, err) || get_int(obj, "top_k", &p->top_k, err) ||
-        get_float(obj, "min_p", &p->min_p, err) ||
-        get_float(obj, "repetition_penalty", &p->repetition_penalty, err) ||
-        get_float(obj, "presence_penalty", &p->presence_penalty, err) ||
-        get_float(obj, "frequency_penalty", &p->frequency_penalty, err) ||
+    if (get_int(obj, "n", &p->n, err) || get_double(obj, "temperature", &p->temperature, err) ||
+        get_double(obj, "top_p", &p->top_p, err) || get_int(obj, "top_k", &p->top_k, err) ||
+        get_double(obj, "min_p", &p->min_p, err) ||
+        get_double(obj, "repetition_penalty", &p->repetition_penalty, err) ||
+        get_double(obj, "presence_penalty", &p->presence_penalty, err) ||
+        get_double(obj, "frequency_penalty", &p->frequency_penalty, err) ||
         get_int(obj, "max_tokens", &p->max_tokens, err) || get_int(obj, "min_tokens", &p->min_tokens, err) ||
         get_bool(obj, "ignore_eos", &p->ignore_eos, err) ||
         get_bool(obj, "include_stop_str_in_output", &p->include_stop_str_in_output, err) ||
-        get_int(obj, "logprobs", &p->logprobs, err) ||
-        get_bool(obj, "skip_special_tokens", &p->skip_special_tokens, err))
+        get_bool(obj, "skip_special_tokens", &p->skip_special_tokens, err) ||
+        get_logprobs(obj, &p->logprobs, err) || get_seed(obj, p, err))
         return -1;
 
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "seed");
-    if (v && !cJSON_IsNull(v)) {
-        int64_t seed = 0;
-        if (as_int(v, "seed", INT64_MIN / 2, INT64_MAX / 2, &seed, err)) return -1;
-        p->has_seed = true;
-        p->seed = (uint64_t)seed;
-    }
-
-    v = cJSON_GetObjectItemCaseSensitive(obj, "logit_bias");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "logit_bias");
     if (v && !cJSON_IsNull(v)) {
         if (!cJSON_IsObject(v)) return sl_fail(err, "logit_bias: expected an object of token id -> bias");
         int n = cJSON_GetArraySize(v);

@@ -173,6 +173,17 @@ def main():
             ("temperature -1 -> BadRequestError",
              lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, temperature=-1),
              openai.BadRequestError, "temperature"),
+            # -1 is a value, not "absent": it must not generate up to the context limit.
+            ("max_tokens -1 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=-1),
+             openai.BadRequestError, "max_tokens must be at least 1, got -1."),
+            ("chat max_completion_tokens -1 -> BadRequestError",
+             lambda: client.chat.completions.create(model=NAME, messages=msgs, max_completion_tokens=-1),
+             openai.BadRequestError, "max_tokens must be at least 1, got -1."),
+            # The range is checked on the number sent, not on its float32 rounding (1.0).
+            ("top_p 1.0000000000000002 -> BadRequestError",
+             lambda: client.completions.create(model=NAME, prompt="x", max_tokens=2, top_p=1.0000000000000002),
+             openai.BadRequestError, "top_p must be in (0, 1], got 1.0000000000000002."),
         ]:
             try:
                 fn()
@@ -207,6 +218,22 @@ def main():
               err["error"].get("type") == "BadRequestError", data)
         st, _, data = raw(srv.base, "POST", "/v1/completions", b'{"prompt": "\xff\xfe", "model": "tiny"}', auth)
         check("invalid UTF-8 -> 400", st == 400, (st, data))
+        # Raw control characters in strings are invalid JSON (Python's json refuses them); a raw NUL
+        # would otherwise cut the prompt short.
+        for name, body in [
+            ("raw NUL in a prompt", b'{"model": "tiny", "prompt": "abc\x00def", "max_tokens": 1}'),
+            ("raw U+0001 in a prompt", b'{"model": "tiny", "prompt": "a\x01b", "max_tokens": 1}'),
+            ("raw newline in chat content",
+             b'{"model": "tiny", "messages": [{"role": "user", "content": "a\nb"}], "max_tokens": 1}'),
+        ]:
+            st, _, data = raw(srv.base, "POST", "/v1/chat/completions" if b"messages" in body else "/v1/completions",
+                              body, auth)
+            err = json.loads(data) if data.startswith(b"{") else {}
+            check(f"{name} -> 400 invalid JSON", st == 400 and err.get("error", {}).get("code") == 400 and
+                  "not valid JSON" in err["error"].get("message", ""), (st, data))
+        st, _, data = raw(srv.base, "POST", "/v1/completions",
+                          json.dumps({"model": NAME, "prompt": "abc\u0000def", "max_tokens": 1}).encode(), auth)
+        check("escaped \\u0000 in a prompt -> 400 naming the NUL", st == 400 and b"NUL character" in data, (st, data))
         # A 1 GiB body is refused from its headers: nothing needs to be sent.
         with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
@@ -232,6 +259,11 @@ def main():
         check("/tokenize then /detokenize round-trips", st == 200 and tok["count"] == len(tok["tokens"]) and
               tok["max_model_len"] == 512 and st2 == 200 and json.loads(data2)["prompt"].endswith("Hello"),
               (data, data2))
+        # Token 3 of the tiny checkpoint is the byte piece <0x00>: its NUL is text like any other byte.
+        st, _, data = raw(srv.base, "POST", "/detokenize", json.dumps({"model": NAME, "tokens": [100, 3, 101]}).encode(),
+                          {"Content-Type": "application/json"})
+        text = json.loads(data).get("prompt", "") if st == 200 else ""
+        check("/detokenize keeps a NUL byte and what follows it", "\x00" in text and not text.endswith("\x00"), data)
         st, hd, _ = raw(srv.base, "POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode(),
                         dict(auth, **{"X-Request-Id": "my-req-7"}))
         check("X-Request-Id is echoed", hd.get("X-Request-Id") == "my-req-7", hd)

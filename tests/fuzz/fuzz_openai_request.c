@@ -6,8 +6,10 @@
  * the whole oai_request_parse path runs without sentencepiece, the chat template
  * being the real one of models/tiny. Invariants: never crash or leak; a success
  * is a request the engine would accept (ids in vocabulary, prompt + max_tokens
- * within max_model_len, sampling params valid); a failure is a 400/404 with a
- * UTF-8 message. Seeds: corpus/openai_request/.
+ * within max_model_len, sampling params valid) from a body without a raw control
+ * byte that JSON forbids everywhere (anything below 0x20 but \t, \n, \r; a NUL
+ * above all); a failure is a 400/404 with a UTF-8 message. Seeds:
+ * corpus/openai_request/ (ctrl_* hold raw control bytes and NULs).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,13 +42,14 @@ static int stub_encode(void *user, const char *text, size_t len, bool add_specia
     return n;
 }
 
-static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
+static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
     (void)user;
     char *s = malloc(n + 1), *p = s;
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= 3 && ids[i] < V) *p++ = (char)(ids[i] - 3);
         else if (!skip_special) *p++ = '?';
     *p = 0;
+    if (len_out) *len_out = (size_t)(p - s);
     return s;
 }
 
@@ -60,6 +63,14 @@ static bool utf8_ok(const char *s) {
         u += k + 1;
     }
     return true;
+}
+
+/* True when the body holds a byte below 0x20 that JSON allows nowhere, in or
+ * out of strings (the raw-body scan must have refused it). */
+static bool has_forbidden_control(const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (b[i] < 0x20 && b[i] != '\t' && b[i] != '\n' && b[i] != '\r') return true;
+    return false;
 }
 
 static chat_template_t *tmpl;
@@ -97,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         oai_request_free(&r);
         return 0;
     }
-    if (r.n_prompts < 1 || r.kind != kind) abort();
+    if (r.n_prompts < 1 || r.kind != kind || has_forbidden_control(data + 1, size - 1)) abort();
     for (int32_t i = 0; i < r.n_prompts; i++) {
         const oai_prompt_t *p = &r.prompts[i];
         for (int32_t k = 0; k < p->n_ids; k++)

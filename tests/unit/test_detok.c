@@ -146,7 +146,7 @@ static void test_deltas_concatenate_to_the_decoded_text(void) {
         int32_t *ids;
         int n = encode(texts[t], &ids);
         result_t r = run(ids, n, &o, NULL);
-        char *dec = tok_decode(tok, ids, (size_t)n, true);
+        char *dec = tok_decode(tok, ids, (size_t)n, true, NULL);
         /* The stream keeps the first piece's leading space; decode drops it. */
         bool first_space = r.text[0] == ' ' && dec[0] != ' ';
         if (strcmp(r.text + first_space, dec) != 0) fprintf(stderr, "  \"%s\" vs \"%s\"\n", r.text, dec);

@@ -13,6 +13,7 @@
 
 #include "servelab/chat_template.h"
 #include "servelab/openai.h"
+#include "servelab/sampling_json.h"
 #include "servelab/tokenizer.h"
 #include "test.h"
 
@@ -42,7 +43,7 @@ static int fake_piece(void *user, int32_t id, char *buf, size_t cap) {
     return n;
 }
 
-static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
+static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
     char *s = malloc(8 * n + 1), *p = s;
     for (size_t i = 0; i < n; i++) {
         if (skip_special && ids[i] < 3) continue;
@@ -51,6 +52,7 @@ static char *fake_decode(void *user, const int32_t *ids, size_t n, bool skip_spe
         if (k > 0) memcpy(p, buf, (size_t)k), p += k;
     }
     *p = 0;
+    if (len_out) *len_out = (size_t)(p - s);
     return s;
 }
 
@@ -123,6 +125,96 @@ static void test_body_must_be_utf8_json_object(void) {
     CHECK_BAD(&c, OAI_COMPLETION, "[1,2]", "", "The request body must be a JSON object.");
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", "",
               "The request body contains a NUL character (\\u0000), which is not supported.");
+}
+
+/* Parses `len` bytes of `body` (which may hold NULs) and expects a 400 with `msg`. */
+static void expect_bad_bytes(const oai_ctx_t *c, oai_kind_t kind, const char *body, size_t len, const char *msg) {
+    oai_request_t r;
+    oai_error_t e;
+    memset(&e, 0, sizeof e);
+    int rc = oai_request_parse(c, kind, body, len, &r, &e);
+    CHECK_EQ_INT(rc, -1);
+    CHECK_EQ_INT(e.status, 400);
+    if (rc == -1 && strcmp(e.message, msg)) {
+        fprintf(stderr, "  got      [%s]\n  expected [%s]\n", e.message, msg);
+        CHECK(!"message differs");
+    }
+    if (rc == 0) fprintf(stderr, "  accepted, prompt of %d tokens\n", r.prompts[0].n_ids);
+    oai_request_free(&r);
+}
+
+/* RFC 8259: U+0000-U+001F must be escaped inside strings, and only space, \t, \n
+ * and \r may stand between tokens. cJSON takes both; Python's json refuses them. */
+static void test_raw_control_characters_are_invalid_json(void) {
+    oai_ctx_t c = fake_ctx(64);
+    static const char nul_in_prompt[] = "{\"prompt\":\"abc\0def\"}";
+    expect_bad_bytes(&c, OAI_COMPLETION, nul_in_prompt, sizeof nul_in_prompt - 1,
+                     "The request body is not valid JSON (at byte 14).");
+    static const char nul_between[] = "{\0\"prompt\":\"a\"}";
+    expect_bad_bytes(&c, OAI_COMPLETION, nul_between, sizeof nul_between - 1,
+                     "The request body is not valid JSON (at byte 1).");
+    static const char nul_in_chat[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\0there\"}]}";
+    expect_bad_bytes(&c, OAI_CHAT, nul_in_chat, sizeof nul_in_chat - 1,
+                     "The request body is not valid JSON (at byte 41).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\x01" "b\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\nb\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\tb\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\x1f\"}", "", "The request body is not valid JSON (at byte 12).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"pro\x02mpt\":\"a\"}", "", "The request body is not valid JSON (at byte 5).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"\x1b\"]}", "",
+              "The request body is not valid JSON (at byte 23).");
+    /* a backslash does not make the raw byte after it valid */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\\\x01\"}", "", "The request body is not valid JSON (at byte 13).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\x0b\"prompt\":\"a\"}", "", "The request body is not valid JSON (at byte 1).");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\"\x0c}", "", "The request body is not valid JSON (at byte 13).");
+    /* accepted: JSON's whitespace between tokens, escaped control characters, DEL */
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\r\n\t\"prompt\" :\n\"a\\u0001\\n\\t\\u001f\x7f\\\\\"\r\n}\n", &r, &e), 0);
+    CHECK(r.n_prompts == 1 && r.prompts[0].text_len == 7 && !memcmp(r.prompts[0].text, "a\x01\n\t\x1f\x7f\\", 7));
+    CHECK_EQ_INT(r.prompts[0].n_ids, 8);
+    oai_request_free(&r);
+}
+
+/* "\u0000" decodes to U+0000, which vLLM keeps; here it is refused (see the
+ * parser's header), never cut short: in the body and in tool-call arguments. */
+static void test_nul_escapes_are_refused_everywhere(void) {
+    oai_ctx_t c = fake_ctx(200);
+    const char *msg = "The request body contains a NUL character (\\u0000), which is not supported.";
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"abc\\u0000def\"}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\\u0000there\"}]}", "", msg);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"x\\u0000\"]}", "", msg);
+    /* an escaped backslash before "u0000" is the text \u0000, not a NUL */
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\\\\u0000\"}", &r, &e), 0);
+    CHECK_STR(r.prompts[0].text, "a\\u0000");
+    oai_request_free(&r);
+    /* tool-call arguments are JSON text inside a string: the same rules apply to them */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{\\\"x\\\":\\\"y\\\\u0000z\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls",
+              "messages[1].tool_calls: function.arguments contains a NUL character (\\u0000), which is not supported.");
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{\\\"x\\\":\\\"\\u0001\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls", "messages[1].tool_calls: function.arguments is not valid JSON");
+    /* and, as json.loads, nothing but whitespace after the value */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+              "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{} x\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+              "messages[1].tool_calls", "messages[1].tool_calls: function.arguments is not valid JSON");
+    CHECK_EQ_INT(parse(&c, OAI_CHAT,
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+                       "\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{\\\"x\\\":\\\"\\\\u0001\\\"}\"}}]},{\"role\":\"user\",\"content\":\"c\"}]}",
+                       &r, &e),
+                 0);
+    oai_request_free(&r);
 }
 
 static void test_json_depth_limit(void) {
@@ -314,15 +406,71 @@ static void test_max_tokens_defaults(void) {
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "", "max_tokens must be at least 1, got 0.");
 }
 
+/* -1 is a value a client can send, not "absent": vLLM's SamplingParams refuses it. */
+static void test_negative_one_max_tokens_is_refused_not_absent(void) {
+    oai_ctx_t c = fake_ctx(100);
+    const char *msg = "max_tokens must be at least 1, got -1.";
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-1}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":-1}", "", msg);
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1}",
+              "", msg);
+    /* `max_completion_tokens or max_tokens`: -1 is truthy, so it wins over a valid max_tokens */
+    CHECK_BAD(&c, OAI_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1,\"max_tokens\":5}", "",
+              msg);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-2}", "", "max_tokens must be at least 1, got -2.");
+    /* with generation_config's cap too: the cap never turns -1 into a length */
+    c.gen.max_new_tokens = 10;
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-1}", "", msg);
+}
+
+/* seed -1 is vLLM's "no seed" (SamplingParams.__post_init__); other values are seeds. */
+static void test_seed_minus_one_means_no_seed(void) {
+    oai_ctx_t c = fake_ctx(64);
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":-1}", &r, &e), 0);
+    CHECK(!r.params.has_seed);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":0}", &r, &e), 0);
+    CHECK(r.params.has_seed && r.params.seed == 0);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":-2}", &r, &e), 0);
+    CHECK(r.params.has_seed && r.params.seed == (uint64_t)-2);
+    oai_request_free(&r);
+}
+
+/* The sampling reader's -1 is "no logprobs": a sent -1 must not read as that. */
+static void test_sampling_json_refuses_negative_logprobs(void) {
+    sampling_params_t p;
+    sl_err_t err = {{0}};
+    cJSON *j = cJSON_Parse("{\"logprobs\":-1}");
+    sampling_params_default(&p);
+    CHECK_EQ_INT(sampling_params_from_json(j, &p, &err), -1);
+    CHECK_STR(err.msg, "logprobs must be non-negative, got -1.");
+    sampling_params_free(&p);
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"logprobs\":0,\"seed\":-1}");
+    sampling_params_default(&p);
+    p.has_seed = true; /* a seed set before (a CLI default) is dropped by -1 */
+    CHECK_EQ_INT(sampling_params_from_json(j, &p, &err), 0);
+    CHECK(p.logprobs == 0 && !p.has_seed);
+    sampling_params_free(&p);
+    cJSON_Delete(j);
+    oai_ctx_t c = fake_ctx(64);
+    /* completions keep vLLM's request-level message, which comes first */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":-1}", "", "`logprobs` must be a positive value.");
+}
+
 static void test_generation_config_defaults(void) {
     oai_ctx_t c = fake_ctx(100);
     c.gen.has_temperature = c.gen.has_top_k = true;
-    c.gen.temperature = 0.6f;
+    c.gen.temperature = 0.6;
     c.gen.top_k = 20;
     oai_request_t r;
     oai_error_t e;
     CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\"}", &r, &e), 0);
-    CHECK(r.params.temperature == 0.6f && r.params.top_k == 20 && r.params.top_p == 1.0f);
+    CHECK(r.params.temperature == 0.6 && r.params.top_k == 20 && r.params.top_p == 1.0);
     oai_request_free(&r);
     CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":0,\"top_k\":null}", &r, &e), 0);
     CHECK(r.params.temperature == 0.0f && r.params.top_k == 20);
@@ -336,10 +484,45 @@ static void test_generation_config_defaults(void) {
     const char *gc = "{\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,\"max_new_tokens\":256,\"do_sample\":true}";
     CHECK_EQ_INT(test_write_file("/tmp/test_openai_gc/generation_config.json", gc, strlen(gc)), 0);
     CHECK_EQ_INT(oai_gen_defaults_load("/tmp/test_openai_gc", &g, &err), 0);
-    CHECK(g.has_temperature && g.temperature == 0.7f && g.has_top_p && g.top_p == 0.9f && g.has_top_k &&
+    CHECK(g.has_temperature && g.temperature == 0.7 && g.has_top_p && g.top_p == 0.9 && g.has_top_k &&
           g.top_k == 40 && !g.has_min_p && g.max_new_tokens == 256);
     CHECK_EQ_INT(test_write_file("/tmp/test_openai_gc/generation_config.json", "{\"top_p\":\"x\"}", 13), 0);
     CHECK_EQ_INT(oai_gen_defaults_load("/tmp/test_openai_gc", &g, &err), -1);
+}
+
+/* Sampling ranges are checked on the JSON number as parsed (a double), with vLLM's
+ * messages, so a value just outside a range is refused even when float32 rounds it in. */
+static void test_sampling_ranges_use_the_number_as_sent(void) {
+    oai_ctx_t c = fake_ctx(64);
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1.0000000000000002}", "",
+              "top_p must be in (0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":1.0000000000000002}",
+              "", "top_p must be in (0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"min_p\":1.0000000000000002}", "",
+              "min_p must be in [0, 1], got 1.0000000000000002.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"min_p\":-1e-50}", "", "min_p must be in [0, 1], got -1e-50.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":-1e-50}", "",
+              "temperature must be non-negative, got -1e-50.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":2.0000000000000004}", "",
+              "presence_penalty must be in [-2, 2], got 2.0000000000000004.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":-2.0000000000000004}", "",
+              "frequency_penalty must be in [-2, 2], got -2.0000000000000004.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"repetition_penalty\":-1e-50}", "",
+              "repetition_penalty must be greater than zero, got -1e-50.");
+    /* JSON's 1e400 is Python's inf: SamplingParams names it */
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1e400}", "", "top_p must be in (0, 1], got inf.");
+    CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"temperature\":1e400}", "",
+              "temperature must be a finite number, got inf.");
+    oai_request_t r;
+    oai_error_t e;
+    /* in range as sent, though float32 rounds it to 0 */
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1e-50,\"temperature\":1e-50}", &r, &e), 0);
+    CHECK(r.params.top_p == 1e-50 && r.params.temperature == 1e-50);
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1,\"min_p\":0,\"presence_penalty\":-2,"
+                                           "\"frequency_penalty\":2,\"repetition_penalty\":2.5,\"temperature\":0}", &r, &e),
+                 0);
+    oai_request_free(&r);
 }
 
 static void test_n_bounds(void) {
@@ -419,6 +602,23 @@ static void test_completion_prompt_forms(void) {
               "prompt: prompt must be a string, array of strings, array of tokens, or array of token arrays");
     CHECK_BAD(&c, OAI_COMPLETION, "{\"prompt\":[5,300,1000]}", "", "Token id 1000 is out of vocabulary");
     CHECK_BAD(&c, OAI_COMPLETION, "{}", "prompt", "At least one of `prompt` or `prompt_embeds` must be set.");
+}
+
+/* A decoded prompt may hold a NUL byte (the byte-fallback piece <0x00>): echo and
+ * /detokenize get all of it, not the text up to the NUL (fake tokenizer: id 3 = byte 0). */
+static void test_decoded_prompt_text_keeps_nul_bytes(void) {
+    oai_ctx_t c = fake_ctx(64);
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":[1,3,100],\"echo\":true}", &r, &e), 0);
+    CHECK_EQ_INT(r.prompts[0].text_len, 5);
+    CHECK(r.prompts[0].text_len == 5 && !memcmp(r.prompts[0].text, "<s>\0a", 5));
+    oai_request_free(&r);
+    CHECK_EQ_INT(parse(&c, OAI_DETOKENIZE, "{\"tokens\":[100,3,101]}", &r, &e), 0);
+    char *body = oai_detokenize_body(&r, NULL);
+    CHECK_STR(body, "{\"prompt\":\"a\\u0000b\"}");
+    free(body);
+    oai_request_free(&r);
 }
 
 static void test_truncate_prompt_tokens(void) {
@@ -889,6 +1089,8 @@ int main(void) {
         return 1;
     }
     RUN(test_body_must_be_utf8_json_object);
+    RUN(test_raw_control_characters_are_invalid_json);
+    RUN(test_nul_escapes_are_refused_everywhere);
     RUN(test_json_depth_limit);
     RUN(test_duplicate_keys_keep_the_last);
     RUN(test_wrong_types_name_the_field);
@@ -898,11 +1100,16 @@ int main(void) {
     RUN(test_stream_options);
     RUN(test_context_length_messages);
     RUN(test_max_tokens_defaults);
+    RUN(test_negative_one_max_tokens_is_refused_not_absent);
+    RUN(test_seed_minus_one_means_no_seed);
+    RUN(test_sampling_json_refuses_negative_logprobs);
     RUN(test_generation_config_defaults);
+    RUN(test_sampling_ranges_use_the_number_as_sent);
     RUN(test_n_bounds);
     RUN(test_unsupported_fields_are_refused);
     RUN(test_ignored_fields_message);
     RUN(test_completion_prompt_forms);
+    RUN(test_decoded_prompt_text_keeps_nul_bytes);
     RUN(test_truncate_prompt_tokens);
     RUN(test_chat_renders_and_tokenizes_on_tiny);
     RUN(test_chat_content_parts_and_messages);

@@ -198,17 +198,17 @@ static void test_validation_messages_are_vllms(void) {
     CASE(p.frequency_penalty = -3.0f, "frequency_penalty must be in [-2, 2], got -3.0.");
     CASE(p.repetition_penalty = 0.0f, "repetition_penalty must be greater than zero, got 0.0.");
     CASE(p.temperature = -1.0f, "temperature must be non-negative, got -1.0.");
-    CASE(p.temperature = -0.1f, "temperature must be non-negative, got -0.1.");
+    CASE(p.temperature = -0.1, "temperature must be non-negative, got -0.1.");
     CASE(p.temperature = NAN, "temperature must be a finite number, got nan.");
     CASE(p.top_p = 0.0f, "top_p must be in (0, 1], got 0.0.");
     CASE(p.top_p = 1.5f, "top_p must be in (0, 1], got 1.5.");
     CASE(p.top_p = 100.0f, "top_p must be in (0, 1], got 100.0.");
-    CASE(p.top_p = 1e20f, "top_p must be in (0, 1], got 1e+20.");
-    CASE(p.top_p = -2.0000002f, "top_p must be in (0, 1], got -2.0000002.");
+    CASE(p.top_p = 1e20, "top_p must be in (0, 1], got 1e+20.");
+    CASE(p.top_p = -2.0000002, "top_p must be in (0, 1], got -2.0000002.");
     CASE(p.top_k = -2, "top_k must be 0 (disable), or at least 1, got -2.");
     CASE(p.min_p = 1.5f, "min_p must be in [0, 1], got 1.5.");
-    CASE(p.min_p = -1e-05f, "min_p must be in [0, 1], got -1e-05.");
-    CASE(p.min_p = -0.0001f, "min_p must be in [0, 1], got -0.0001.");
+    CASE(p.min_p = -1e-05, "min_p must be in [0, 1], got -1e-05.");
+    CASE(p.min_p = -0.0001, "min_p must be in [0, 1], got -0.0001.");
     CASE(p.max_tokens = 0, "max_tokens must be at least 1, got 0.");
     CASE(p.min_tokens = -1, "min_tokens must be greater than or equal to 0, got -1.");
     CASE(p.min_tokens = 20, "min_tokens must be less than or equal to max_tokens=16, got 20.");
@@ -234,6 +234,37 @@ static void test_validation_messages_are_vllms(void) {
           p.logit_bias_values = bias_vals),
          NULL);
 #undef CASE
+}
+
+/* vLLM compares Python floats (doubles): the value as sent, before any narrowing to
+ * float32, decides, at every boundary. */
+static void test_ranges_compare_the_value_as_sent(void) {
+    sampling_params_t p;
+#define CASE(stmt, msg) (sampling_params_default(&p), stmt, expect_message(&p, msg))
+    CASE(p.top_p = 1.0000000000000002, "top_p must be in (0, 1], got 1.0000000000000002.");
+    CASE(p.top_p = 5e-324, NULL); /* > 0, though 0 as a float32 */
+    CASE(p.top_p = -5e-324, "top_p must be in (0, 1], got -5e-324.");
+    CASE(p.min_p = 1.0000000000000002, "min_p must be in [0, 1], got 1.0000000000000002.");
+    CASE(p.min_p = -5e-324, "min_p must be in [0, 1], got -5e-324.");
+    CASE(p.presence_penalty = 2.0000000000000004, "presence_penalty must be in [-2, 2], got 2.0000000000000004.");
+    CASE(p.frequency_penalty = -2.0000000000000004, "frequency_penalty must be in [-2, 2], got -2.0000000000000004.");
+    CASE(p.temperature = -5e-324, "temperature must be non-negative, got -5e-324.");
+    CASE(p.temperature = 1e300, NULL); /* finite: vLLM's era has no upper bound */
+    CASE(p.temperature = INFINITY, "temperature must be a finite number, got inf.");
+    CASE(p.repetition_penalty = 5e-324, NULL);
+    CASE(p.repetition_penalty = -5e-324, "repetition_penalty must be greater than zero, got -5e-324.");
+    CASE(p.repetition_penalty = INFINITY, "repetition_penalty must be a finite number, got inf.");
+    CASE(p.top_p = INFINITY, "top_p must be in (0, 1], got inf.");
+    CASE(p.presence_penalty = -INFINITY, "presence_penalty must be in [-2, 2], got -inf.");
+    /* the edges themselves */
+    CASE((p.top_p = 1.0, p.min_p = 0.0, p.presence_penalty = -2.0, p.frequency_penalty = 2.0), NULL);
+#undef CASE
+    /* a temperature that is 0 as a float32 is still above 0: raised to 0.01 and drawn, as in vLLM */
+    sampling_params_default(&p);
+    p.temperature = 1e-300;
+    CHECK(sampling_draws(&p));
+    p.temperature = 0.0;
+    CHECK(!sampling_draws(&p));
 }
 
 static void test_copy_is_deep(void) {
@@ -746,6 +777,7 @@ int main(void) {
     cpu_sample_scratch_init(&scratch, 4096);
     RUN(test_defaults_are_vllms);
     RUN(test_validation_messages_are_vllms);
+    RUN(test_ranges_compare_the_value_as_sent);
     RUN(test_copy_is_deep);
     RUN(test_greedy_is_first_argmax_of_processed_logits);
     RUN(test_greedy_draws_no_random_numbers);

@@ -34,7 +34,7 @@ static bool round_trips(const char *s) {
     int32_t *ids;
     int n = encode(tok, s, true, &ids);
     if (n < 0) return false;
-    char *back = tok_decode(tok, ids, (size_t)n, true);
+    char *back = tok_decode(tok, ids, (size_t)n, true, NULL);
     bool ok = strcmp(back, s) == 0;
     if (!ok) fprintf(stderr, "  round trip: \"%s\" -> \"%s\"\n", s, back);
     free(back);
@@ -199,10 +199,10 @@ static void test_special_tokens_in_text_become_ids(void) {
     int n = encode(tok, "a</s>b", true, &ids);
     CHECK_EQ_INT(count_id(ids, n, 2), 1);
     CHECK_EQ_INT(count_id(ids, n, 1), 1);
-    char *s = tok_decode(tok, ids, (size_t)n, false);
+    char *s = tok_decode(tok, ids, (size_t)n, false, NULL);
     CHECK(strcmp(s, "<s> a</s>b") == 0); /* transformers' decode */
     free(s);
-    s = tok_decode(tok, ids, (size_t)n, true);
+    s = tok_decode(tok, ids, (size_t)n, true, NULL);
     CHECK(strcmp(s, "ab") == 0);
     free(s);
     free(ids);
@@ -210,6 +210,25 @@ static void test_special_tokens_in_text_become_ids(void) {
     CHECK_EQ_INT(count_id(ids, n, 1), 1);
     CHECK_EQ_INT(ids[n - 1], 0);
     free(ids);
+}
+
+/* The id whose piece is exactly these bytes, or -1. */
+static int32_t id_of_piece(const char *bytes, size_t n) {
+    char b[16];
+    for (int32_t id = 0; id < tok_vocab_size(tok); id++)
+        if (tok_piece_bytes(tok, id, b, sizeof b) == (int)n && !memcmp(b, bytes, n)) return id;
+    return -1;
+}
+
+/* The byte-fallback piece <0x00> decodes to a NUL byte, which the length counts. */
+static void test_decode_length_counts_nul_bytes(void) {
+    int32_t ids[3] = {id_of_piece("a", 1), id_of_piece("\0", 1), id_of_piece("b", 1)};
+    CHECK(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0);
+    size_t len = 0;
+    char *s = tok_decode(tok, ids, 3, true, &len);
+    CHECK_EQ_INT(len, 3);
+    CHECK(len == 3 && !memcmp(s, "a\0b", 3));
+    free(s);
 }
 
 static void test_text_starting_with_bos_gets_no_prefix(void) {
@@ -288,7 +307,7 @@ static void test_stream_replaces_invalid_bytes_like_decode(void) {
     int32_t ids[4] = {byte_id(0xE2), a_ids[0], byte_id(0xF0), byte_id(0x9F)};
     free(a_ids);
     char *s = stream_all(ids, 4, true);
-    char *d = tok_decode(tok, ids, 4, true);
+    char *d = tok_decode(tok, ids, 4, true, NULL);
     /* E2 then " A": E2 is cut short; the trailing F0 9F never completes. */
     CHECK(strcmp(s, "\xEF\xBF\xBD A\xEF\xBF\xBD\xEF\xBF\xBD") == 0);
     CHECK(strcmp(d, "\xEF\xBF\xBD A\xEF\xBF\xBD\xEF\xBF\xBD") == 0);
@@ -313,7 +332,7 @@ static void test_stream_concatenates_to_decode_with_leading_space(void) {
         int n = encode(tok, text, true, &ids);
         if (n < 0) continue;
         char *streamed = stream_all(ids, n, true);
-        char *decoded = tok_decode(tok, ids, (size_t)n, true);
+        char *decoded = tok_decode(tok, ids, (size_t)n, true, NULL);
         /* The first kept piece carries the dummy-prefix space that decode drops. */
         bool first_spaced = streamed[0] == ' ';
         bool ok = strcmp(streamed + first_spaced, decoded) == 0 &&
@@ -370,7 +389,7 @@ static void test_legacy_config_prefixes_every_chunk(void) {
     char buf[64];
     CHECK(n >= 4 && ids[0] == 1);
     CHECK(tok_piece_bytes(leg, ids[n - 1], buf, sizeof buf) == 2 && strcmp(buf, " b") == 0);
-    char *s = tok_decode(leg, ids, (size_t)n, false);
+    char *s = tok_decode(leg, ids, (size_t)n, false, NULL);
     CHECK(strcmp(s, "<s> a</s>b") == 0); /* transformers' legacy decode */
     free(s);
     free(ids);
@@ -416,14 +435,14 @@ static void test_added_tokens_strip_and_decode(void) {
     int na = encode(t, "a \n<|im_end|>  b", false, &a), nb = encode(t, "a<|im_end|>b", false, &b);
     CHECK(na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0);
     CHECK_EQ_INT(count_id(a, na, 1024), 1);
-    char *s = tok_decode(t, a, (size_t)na, true);
+    char *s = tok_decode(t, a, (size_t)na, true, NULL);
     CHECK(strcmp(s, "ab") == 0);
     free(s);
     free(a);
     free(b);
     na = encode(t, "x [TOOL] y", true, &a);
     CHECK_EQ_INT(count_id(a, na, 1025), 1);
-    s = tok_decode(t, a, (size_t)na, true);
+    s = tok_decode(t, a, (size_t)na, true, NULL);
     CHECK(strcmp(s, "x [TOOL]y") == 0); /* transformers decodes around it, each run stripped */
     free(s);
     free(a);
@@ -459,6 +478,7 @@ int main(void) {
     RUN(test_round_trip_mixed);
     RUN(test_bos_added_exactly_once);
     RUN(test_special_tokens_in_text_become_ids);
+    RUN(test_decode_length_counts_nul_bytes);
     RUN(test_text_starting_with_bos_gets_no_prefix);
     RUN(test_spiece_underline_in_text_is_a_space);
     RUN(test_invalid_utf8_rejected);
