@@ -229,7 +229,7 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
     if (!resp) return MHD_NO; /* out of memory: MHD closes the connection */
     if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
     if (extra_header) MHD_add_response_header(resp, extra_header, extra_value);
-    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    if (r->request_id) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->resp_len = (int64_t)len;
@@ -280,7 +280,7 @@ enum MHD_Result http_start_sse(http_req_t *r) {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    if (r->request_id) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     http_access_log(r, 200);

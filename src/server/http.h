@@ -22,7 +22,7 @@ typedef struct http_req {
     char method[16];
     char url[256];
     char peer[80];
-    char request_id[96];
+    const char *request_id;         /* X-Request-Id to echo (libmicrohttpd's copy), or NULL */
     double t_start;
     char *body;                     /* the request body, NUL-terminated */
     size_t len, cap;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "servelab/http_checks.h"
 #include "servelab/metrics.h"
 #include "servelab/openai.h"
 
@@ -36,7 +37,8 @@ typedef struct route_job {
     oai_acc_t *acc;                 /* non-streaming */
     oai_stream_t *ost;              /* streaming */
     oai_chunks_t chunks;
-    char *id;
+    char *id;                       /* the response id (UTF-8; the JSON writers escape it) */
+    char *log_id;                   /* the same, escaped for log lines (http_log_escape) */
     int64_t created;                /* unix seconds when the request was handled, as vLLM */
     bool finished;
 } route_job_t;
@@ -151,7 +153,7 @@ static void log_received(http_req_t *r, route_job_t *j) {
         LOG_INFO("Received request %s%s: prompt: '%.*s', params: SamplingParams(n=%d, temperature=%s, "
                  "top_p=%s, top_k=%d, min_p=%s, seed=%s, max_tokens=%d, min_tokens=%d, logprobs=%s), "
                  "prompt_token_ids: %s, lora_request: None.",
-                 j->id, suffix, plen, p->text ? p->text : "", sp->n, temp, top_p, sp->top_k, min_p, seed,
+                 j->log_id, suffix, plen, p->text ? p->text : "", sp->n, temp, top_p, sp->top_k, min_p, seed,
                  p->max_tokens, sp->min_tokens, logprobs, ids);
     }
 }
@@ -159,7 +161,7 @@ static void log_received(http_req_t *r, route_job_t *j) {
 static void job_free(struct server *s, route_job_t *j, bool aborted) {
     for (int32_t i = 0; i < j->n_streams; i++)
         if (j->streams[i]) engine_stream_release(s->engine, j->streams[i]);
-    if (aborted && s->cfg.log_requests) LOG_INFO("Aborted request %s.", j->id);
+    if (aborted && s->cfg.log_requests) LOG_INFO("Aborted request %s.", j->log_id);
     free(j->streams);
     free(j->stream_done);
     if (j->acc) oai_acc_free(j->acc);
@@ -167,6 +169,7 @@ static void job_free(struct server *s, route_job_t *j, bool aborted) {
     oai_chunks_free(&j->chunks);
     oai_request_free(&j->req);
     free(j->id);
+    free(j->log_id);
     free(j);
 }
 
@@ -261,6 +264,21 @@ void routes_stream_fill(http_req_t *r) {
     r->sse_finished = true;
 }
 
+/* The job's ids. An X-Request-Id header is read as vLLM reads it (latin-1, so
+ * any bytes give valid UTF-8: http_latin1_to_utf8) and wins over the body's
+ * request_id; the log lines get an escaped copy. The header is echoed back as
+ * it came only when it is a short valid field value (http_request_id_echo_ok). */
+static void response_ids(http_req_t *r, route_job_t *j, oai_kind_t kind) {
+    struct routes_state *rs = r->srv->routes;
+    const char *xid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+    char *xid_utf8 = xid && *xid ? http_latin1_to_utf8(xid, strlen(xid)) : NULL;
+    j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid_utf8, j->req.request_id, next_rand(rs),
+                            next_rand(rs));
+    j->log_id = http_log_escape(j->id, strlen(j->id));
+    free(xid_utf8);
+    if (xid && *xid && http_request_id_echo_ok(xid)) r->request_id = xid; /* MHD's copy lives as long as r */
+}
+
 static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     double t_arrival = sl_now_s(); /* vLLM's arrival: before parsing and tokenization */
     struct server *s = r->srv;
@@ -294,10 +312,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
             return respond_oai_error(r, &e, "Retry-After", "1");
         }
     }
-    const char *xid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
-    j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid, j->req.request_id, next_rand(rs),
-                            next_rand(rs));
-    if (xid && *xid) snprintf(r->request_id, sizeof r->request_id, "%s", xid);
+    response_ids(r, j, kind);
     j->created = (int64_t)time(NULL);
     if (s->cfg.log_requests) log_received(r, j);
 
@@ -309,19 +324,19 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     for (int32_t i = 0; i < j->n_streams; i++) {
         sampling_params_t p = oai_request_params(&j->req, i);
         sl_err_t err;
-        char engine_id[160];
-        if (j->n_streams > 1) snprintf(engine_id, sizeof engine_id, "%s-%d", j->id, i);
-        else snprintf(engine_id, sizeof engine_id, "%s", j->id);
-        engine_request_info_t info = {.request_id = engine_id, .t_arrival = t_arrival};
+        char *engine_id = NULL; /* named in the engine's log lines: the log-safe id */
+        if (j->n_streams > 1 && asprintf(&engine_id, "%s-%d", j->log_id, i) < 0) sl_die("out of memory");
+        engine_request_info_t info = {.request_id = engine_id ? engine_id : j->log_id, .t_arrival = t_arrival};
         j->streams[i] = engine_submit_ex(s->engine, j->req.prompts[i].ids, j->req.prompts[i].n_ids, &p, &info,
                                          &err);
+        free(engine_id);
         if (!j->streams[i]) {
             routes_release(r);
             return routes_error(r, 400, "BadRequestError", err.msg, NULL);
         }
         http_watch_stream(r, j->streams[i]);
     }
-    if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->id);
+    if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->log_id);
     if (j->is_stream) {
         j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, j->created);
         return http_start_sse(r);

@@ -6,7 +6,8 @@ purpose, and an API key), then checks: models list; chat and completions,
 streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
 accounting; errors as the SDK's exception types with vLLM's messages; exact
 SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
-/tokenize, /detokenize; clients that hang up mid-stream (after which the
+/tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
+valid JSON, escaped log lines); clients that hang up mid-stream (after which the
 server's /metrics shows nothing running or waiting and no KV block held, and
 a request needing most of the KV pool completes); and
 a graceful SIGTERM (exit status 0). Prints one line per check and
@@ -42,7 +43,8 @@ class Server:
     def __init__(self, servelab, model, *extra):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+")
+        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+",
+                        errors="replace")
         self.proc = subprocess.Popen(
             [servelab, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
              "--served-model-name", NAME, "--api-key", KEY, "--max-model-len", "512",
@@ -80,6 +82,85 @@ def raw(base, method, path, body=None, headers=None):
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
+
+
+def raw_exchange(port, head, body=b"", timeout=60):
+    """Sends `head` (request line and header lines, without the blank line) and `body` on a fresh
+    connection that the server closes after answering; returns (status, {lower name: [values]},
+    body bytes, chunked decoded), or (None, {}, whatever came) when no response head came back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head + b"\r\nConnection: close\r\n\r\n" + body)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    top, sep, rest = data.partition(b"\r\n\r\n")
+    if not sep or not top.startswith(b"HTTP/1."):
+        return None, {}, data
+    lines = top.split(b"\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        headers.setdefault(k.strip().lower().decode("latin-1"), []).append(v.strip())
+    if headers.get("transfer-encoding") == [b"chunked"]:
+        out = b""
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            if n == 0:
+                break
+            out += rest[:n]
+            rest = rest[n + 2:]
+        rest = out
+    return int(lines[0].split()[1]), headers, rest
+
+
+def check_request_ids(srv, check):
+    """Hostile X-Request-Id headers: the id is the header read as latin-1 (vLLM's Starlette), in
+    valid JSON in bodies and in every SSE chunk; short valid ones are echoed as sent; no control
+    character reaches the log."""
+    ids = [b"a\xff\xfe\"}\\u0000\\\x01\x1b[31m\x7f", "caf\u00e9".encode(), b"z" * 10240, b"y" * 25000]
+    for raw_id in ids:
+        label = repr(raw_id[:24]) + (f"... ({len(raw_id)} bytes)" if len(raw_id) > 24 else "")
+        want = "cmpl-" + raw_id.decode("latin-1")
+        for stream in (False, True):
+            body = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 3, "stream": stream}).encode()
+            head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                    b"\r\nContent-Type: application/json\r\nX-Request-Id: " + raw_id +
+                    b"\r\nContent-Length: " + str(len(body)).encode())
+            st, hd, data = raw_exchange(srv.port, head, body)
+            try:
+                if stream:
+                    events = data.decode("utf-8").split("\n\n")
+                    docs = [json.loads(e[6:]) for e in events if e.startswith("data: {")]
+                    ok_json = len(docs) >= 2 and events[-2] == "data: [DONE]"
+                else:
+                    docs = [json.loads(data.decode("utf-8"))]
+                    ok_json = True
+            except ValueError as e:
+                docs, ok_json = [], repr(e)
+            echoed = hd.get("x-request-id", [None])[0]
+            want_echo = raw_id if len(raw_id) <= 4096 and not any(c < 0x20 or c == 0x7f for c in raw_id) else None
+            check(f"X-Request-Id {label} ({'stream' if stream else 'body'}): valid JSON, id read as latin-1, "
+                  "echoed only when short and printable",
+                  st == 200 and ok_json is True and all(d.get("id") == want for d in docs) and echoed == want_echo,
+                  (st, ok_json, [d.get("id", "")[:40] for d in docs][:3], (echoed or b"")[:40], data[:200]))
+    srv.logs()  # flushes
+    with open(srv.log.name, "rb") as f:
+        lines = [l for l in f.read().split(b"\n") if b"request cmpl-a\xc3\xbf" in l or b"request cmpl-a\xff" in l]
+    want_line = b"Received request cmpl-a\xc3\xbf\xc3\xbe\"}\\\\u0000\\\\\\x01\\x1b[31m\\x7f: prompt"
+
+    def utf8(b):
+        try:
+            return b.decode("utf-8") is not None
+        except UnicodeDecodeError:
+            return False
+    check("X-Request-Id in the log: escaped, no control character, valid UTF-8",
+          lines and any(want_line in l for l in lines) and
+          all(utf8(l) and not any(c < 0x20 or c == 0x7f for c in l) for l in lines),
+          [l[:120] for l in lines][:3])
 
 
 def main():
@@ -235,6 +316,7 @@ def main():
         st, hd, _ = raw(srv.base, "POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode(),
                         dict(auth, **{"X-Request-Id": "my-req-7"}))
         check("X-Request-Id is echoed", hd.get("X-Request-Id") == "my-req-7", hd)
+        check_request_ids(srv, check)
 
         # Clients that hang up mid-stream, at random points.
         def hang_up(seed):

@@ -1,0 +1,37 @@
+/* http_checks.h - pure checks and encodings of the bytes a client puts in its
+ * request head: the X-Request-Id header as vLLM reads it, and log-safe text.
+ * No sockets and no libmicrohttpd: the server (src/server/http.c, routes.c)
+ * calls them with the header values libmicrohttpd parsed; the unit tests and a
+ * fuzz target call them directly. See docs/architecture.md, "HTTP hardening".
+ */
+#ifndef SERVELAB_HTTP_CHECKS_H
+#define SERVELAB_HTTP_CHECKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- request ids --------------------------------------------------------------------- */
+
+/* A header value as Starlette (vLLM) reads it: each byte is the code point of
+ * the same value (latin-1), so 0xFF becomes U+00FF, written here as UTF-8
+ * ("\xC3\xBF"). The result is always valid UTF-8 and never longer than 2 * n
+ * bytes; it keeps quotes, backslashes and control characters, which the JSON
+ * writers escape. Returns a malloc'd, NUL-terminated string (never NULL). */
+char *http_latin1_to_utf8(const char *bytes, size_t n);
+
+/* `n` bytes of text made safe for one log line: backslash becomes "\\", C0
+ * controls, DEL, C1 controls (U+0080..U+009F) and bytes that are not part of
+ * valid UTF-8 become "\xNN"; other UTF-8 is kept. The result is valid UTF-8
+ * with no control character. Returns a malloc'd, NUL-terminated string. */
+char *http_log_escape(const char *s, size_t n);
+
+/* True when the X-Request-Id header `s` may be echoed back as it came: a valid
+ * field value (visible ASCII, bytes 0x80..0xFF, space, tab: RFC 9110) of at
+ * most HTTP_ECHO_ID_MAX_BYTES bytes. A longer one is not echoed because
+ * libmicrohttpd builds the response head in the connection's memory pool
+ * (32 KiB), which the request head already fills: it would drop the response. */
+enum { HTTP_ECHO_ID_MAX_BYTES = 4096 };
+bool http_request_id_echo_ok(const char *s);
+
+#endif

@@ -1,0 +1,81 @@
+/* http_checks.c - the request head's bytes, read as vLLM reads them and checked.
+ *
+ * Header values come from libmicrohttpd as raw bytes; vLLM's Starlette decodes
+ * them as latin-1, so a request id is turned into UTF-8 one byte per code point
+ * and any header, however hostile, gives valid UTF-8 (and so valid JSON once
+ * escaped). Log lines get a further escaped copy: no control character reaches
+ * the log, whatever the id or the body's request_id holds.
+ */
+#include "servelab/http_checks.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "servelab/core.h"
+
+/* ---- request ids --------------------------------------------------------------------- */
+
+char *http_latin1_to_utf8(const char *bytes, size_t n) {
+    char *out = sl_malloc(2 * n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)bytes[i];
+        if (c < 0x80) {
+            *o++ = (char)c;
+        } else { /* U+0080..U+00FF: two bytes */
+            *o++ = (char)(0xC0 | (c >> 6));
+            *o++ = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* The length of the valid UTF-8 sequence at s[0..n) (no overlongs, no
+ * surrogates, at most U+10FFFF) and its code point; 0 when it is not valid. */
+static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned char c = s[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    uint32_t v = len == 1 ? c : c & (0x7Fu >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[k] & 0x3Fu);
+    }
+    if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+char *http_log_escape(const char *s, size_t n) {
+    char *out = sl_malloc(4 * n + 1), *o = out; /* "\xNN" is the longest form of one byte */
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t len = utf8_seq(u + i, n - i, &cp);
+        if (len == 0) { /* not UTF-8: the byte itself */
+            o += sprintf(o, "\\x%02x", u[i]);
+            i++;
+        } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) {
+            o += sprintf(o, "\\x%02x", (unsigned)cp);
+            i += len;
+        } else if (cp == '\\') {
+            *o++ = '\\';
+            *o++ = '\\';
+            i++;
+        } else {
+            memcpy(o, u + i, len);
+            o += len;
+            i += len;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+bool http_request_id_echo_ok(const char *s) {
+    size_t n = 0;
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++)
+        if ((*u < 0x20 && *u != '\t') || *u == 0x7F || n == HTTP_ECHO_ID_MAX_BYTES) return false;
+    return true;
+}

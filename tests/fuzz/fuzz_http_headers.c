@@ -1,0 +1,124 @@
+/* fuzz_http_headers.c - libFuzzer target for request-head values the server reads
+ * (src/server/http_checks.c) and where they end up.
+ *
+ * The input is one header value (a NUL ends it, as libmicrohttpd ends a value
+ * there). X-Request-Id path: the value read as latin-1 becomes the response id,
+ * which is written into a non-streaming body and an SSE chunk by the real
+ * writers (a completions request parsed with a stub tokenizer); both must parse
+ * as JSON (cJSON) and give the id back unchanged, the id must be valid UTF-8,
+ * and its log form must be valid UTF-8 with no control character. Invariants:
+ * never crash or leak. Seeds: corpus/http_headers/.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "servelab/http_checks.h"
+#include "servelab/openai.h"
+#include "servelab/request.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* openai_response.c binds the real tokenizer (oai_tok_bind), which this target
+ * never calls, and names finish reasons with the engine's finish_reason_str:
+ * these satisfy the linker without sentencepiece and the engine. */
+const char *finish_reason_str(finish_reason_t f) {
+    (void)f;
+    return "length";
+}
+int tok_encode(const tokenizer_t *t, const char *text, size_t len, bool add_special, int32_t **ids_out,
+               sl_err_t *err) {
+    (void)t, (void)text, (void)len, (void)add_special, (void)ids_out, (void)err;
+    abort();
+}
+char *tok_decode(const tokenizer_t *t, const int32_t *ids, size_t n, bool skip_special) {
+    (void)t, (void)ids, (void)n, (void)skip_special;
+    abort();
+}
+int tok_piece_bytes(const tokenizer_t *t, int32_t id, char *buf, size_t cap) {
+    (void)t, (void)id, (void)buf, (void)cap;
+    abort();
+}
+
+static int stub_encode(void *user, const char *text, size_t len, bool add_special, int32_t **ids_out,
+                       sl_err_t *err) {
+    (void)user, (void)err;
+    int32_t *ids = malloc((len + 1) * sizeof *ids);
+    int n = 0;
+    if (add_special) ids[n++] = 1;
+    for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)text[i] + 3;
+    *ids_out = ids;
+    return n;
+}
+
+static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
+    (void)user, (void)ids, (void)n, (void)skip_special;
+    char *s = malloc(1);
+    s[0] = '\0';
+    return s;
+}
+
+static bool utf8_ok(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        int k = *u < 0x80 ? 0 : *u >= 0xC2 && *u <= 0xDF ? 1 : (*u & 0xF0) == 0xE0 ? 2 : *u >= 0xF0 && *u <= 0xF4 ? 3 : -1;
+        if (k < 0) return false;
+        for (int j = 1; j <= k; j++)
+            if ((u[j] & 0xC0) != 0x80) return false;
+        u += k + 1;
+    }
+    return true;
+}
+
+/* Aborts unless `json` parses and its "id" is exactly `id`. */
+static void expect_id(const char *json, size_t len, const char *id) {
+    if (!json || !utf8_ok(json)) abort();
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    const cJSON *got = cJSON_GetObjectItemCaseSensitive(root, "id");
+    if (!cJSON_IsString(got) || strcmp(got->valuestring, id) != 0) abort();
+    cJSON_Delete(root);
+}
+
+static void fuzz_request_id(const char *value, size_t n) {
+    static const char *names[] = {"tiny"};
+    static const char body[] =
+        "{\"prompt\":\"x\",\"max_tokens\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
+    oai_ctx_t ctx = {.tok = {NULL, stub_encode, stub_decode, NULL}, .served_model_names = names,
+                     .n_served_model_names = 1, .max_model_len = 64, .max_logprobs = 20, .vocab_size = 259};
+    oai_request_t req;
+    oai_error_t e;
+    if (oai_request_parse(&ctx, OAI_COMPLETION, body, sizeof body - 1, &req, &e)) abort();
+
+    char *u = http_latin1_to_utf8(value, n);
+    char *id = oai_response_id("chatcmpl", u, NULL, 1, 2);
+    if (!utf8_ok(id)) abort();
+    oai_acc_t *acc = oai_acc_new(&req);
+    size_t len;
+    char *full = oai_acc_body(acc, &ctx, id, 0, &len);
+    expect_id(full, len, id);
+    oai_stream_t *st = oai_stream_new(&ctx, &req, id, 0);
+    char *chunk = oai_stream_usage(st, &len);
+    expect_id(chunk, len, id);
+    char *log = http_log_escape(id, strlen(id));
+    if (!utf8_ok(log)) abort();
+    for (const unsigned char *c = (const unsigned char *)log; *c; c++)
+        if (*c < 0x20 || *c == 0x7F || (c[0] == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F)) abort();
+    (void)http_request_id_echo_ok(value);
+    free(log);
+    free(chunk);
+    oai_stream_free(st);
+    free(full);
+    oai_acc_free(acc);
+    free(id);
+    free(u);
+    oai_request_free(&req);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *value = malloc(size + 1);
+    memcpy(value, data, size);
+    value[size] = '\0';
+    fuzz_request_id(value, strlen(value));
+    free(value);
+    return 0;
+}
