@@ -1,6 +1,6 @@
 /* http_checks.h - pure checks and encodings of the bytes a client puts in its
- * request head: the X-Request-Id header as vLLM reads it, and log-safe text.
- * No sockets and no libmicrohttpd: the server (src/server/http.c, routes.c)
+ * request head: the X-Request-Id header as vLLM reads it, log-safe text, and
+ * the framing headers (request smuggling). No sockets and no libmicrohttpd: the server (src/server/http.c, routes.c)
  * calls them with the header values libmicrohttpd parsed; the unit tests and a
  * fuzz target call them directly. See docs/architecture.md, "HTTP hardening".
  */
@@ -33,5 +33,20 @@ char *http_log_escape(const char *s, size_t n);
  * (32 KiB), which the request head already fills: it would drop the response. */
 enum { HTTP_ECHO_ID_MAX_BYTES = 4096 };
 bool http_request_id_echo_ok(const char *s);
+
+/* ---- framing -------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;   /* as received (libmicrohttpd keeps the case) */
+    const char *value;
+} http_field_t;
+
+/* The request-smuggling checks libmicrohttpd 0.9.75 does not make, over all of
+ * a request's header fields in order (RFC 9112 sections 3.2, 5.1, 6.1, 6.3): a
+ * field name that is not a token (whitespace before the colon), two
+ * Content-Length fields that differ, more than one Host, a Transfer-Encoding
+ * other than one "chunked", Transfer-Encoding together with Content-Length.
+ * Returns NULL when the framing is unambiguous, else a static message for a 400. */
+const char *http_framing_error(const http_field_t *fields, size_t n);
 
 #endif

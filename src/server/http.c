@@ -12,10 +12,13 @@
 #include "http.h"
 
 #include <stdio.h>
-#include "servelab/metrics.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "servelab/http_checks.h"
+#include "servelab/metrics.h"
+#include "servelab/openai.h"
 
 static void conn_notify(void *user);
 
@@ -297,6 +300,45 @@ static enum MHD_Result too_large(http_req_t *r) {
     return routes_error(r, 413, "BadRequestError", msg, NULL);
 }
 
+/* Collects a request's header fields, in order, for http_framing_error. */
+typedef struct {
+    http_field_t *fields;
+    size_t n, cap;
+} field_list_t;
+
+static enum MHD_Result collect_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    field_list_t *l = cls;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->fields = sl_realloc(l->fields, l->cap * sizeof *l->fields);
+    }
+    l->fields[l->n++] = (http_field_t){key, value};
+    return MHD_YES;
+}
+
+/* The framing checks libmicrohttpd does not make (docs/architecture.md, "HTTP
+ * hardening"): NULL when the request may go on, else why it may not. */
+static const char *framing_error(struct MHD_Connection *conn) {
+    field_list_t l = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_field, &l);
+    const char *why = http_framing_error(l.fields, l.n);
+    free(l.fields);
+    return why;
+}
+
+/* A 400 for ambiguous framing: where the body ends is in doubt, so the
+ * connection is closed after the answer rather than read any further. */
+static enum MHD_Result bad_framing(http_req_t *r, const char *why) {
+    oai_error_t e;
+    oai_error_set(&e, 400, "BadRequestError", NULL, "%s", why);
+    size_t len;
+    char *body = oai_error_body(&e, &len);
+    enum MHD_Result ret = http_respond(r, 400, "application/json", body, len, "Connection", "close");
+    free(body);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -306,17 +348,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         r = req_new(s, conn, method, url);
         *con_cls = r;
+        const char *why = framing_error(conn);
+        if (why) {
+            r->refused = true;
+            return bad_framing(r, why);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) r->req_len = strtoll(cl, NULL, 10);
         if (cl && strtoll(cl, NULL, 10) > s->cfg.max_request_bytes) {
             /* Answer before the body arrives; MHD closes the connection after it. */
-            r->too_large = true;
+            r->refused = true;
             return too_large(r);
         }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!r->too_large && r->len + *upload_data_size <= (size_t)s->cfg.max_request_bytes) {
+        if (!r->refused && r->len + *upload_data_size <= (size_t)s->cfg.max_request_bytes) {
             if (r->len + *upload_data_size + 1 > r->cap) {
                 r->cap = 2 * (r->len + *upload_data_size) + 1;
                 r->body = sl_realloc(r->body, r->cap);
@@ -324,12 +371,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             memcpy(r->body + r->len, upload_data, *upload_data_size);
             r->len += *upload_data_size;
         } else {
-            r->too_large = true;
+            r->refused = true;
         }
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (r->too_large) return too_large(r);
+    if (r->refused) return too_large(r);
     if (r->body) r->body[r->len] = '\0';
     return routes_dispatch(r);
 }
@@ -399,6 +446,10 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
                             MHD_OPTION_CONNECTION_LIMIT, cfg->connection_limit,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, cfg->listen_backlog,
                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout_s,
+                            /* 1: an HTTP/1.1 request without Host, or with a space in its
+                             * target, is a 400 (libmicrohttpd 0.9.75; http_framing_error
+                             * checks the rest). */
+                            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_THREAD_POOL_SIZE, cfg->n_threads,
                             bind_addr ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, bind_addr,
                             MHD_OPTION_END);

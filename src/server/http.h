@@ -26,7 +26,7 @@ typedef struct http_req {
     double t_start;
     char *body;                     /* the request body, NUL-terminated */
     size_t len, cap;
-    bool too_large;
+    bool refused;                   /* answered from its head or too large: the body is dropped */
     bool logged;
     unsigned status;                /* of the response queued (0: none yet) */
     int64_t req_len;                /* the request's Content-Length header (0 without) */

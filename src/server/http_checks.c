@@ -4,12 +4,15 @@
  * them as latin-1, so a request id is turned into UTF-8 one byte per code point
  * and any header, however hostile, gives valid UTF-8 (and so valid JSON once
  * escaped). Log lines get a further escaped copy: no control character reaches
- * the log, whatever the id or the body's request_id holds.
+ * the log, whatever the id or the body's request_id holds. The framing check
+ * covers what libmicrohttpd 0.9.75 lets through (docs/architecture.md, "HTTP
+ * hardening").
  */
 #include "servelab/http_checks.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "servelab/core.h"
 
@@ -78,4 +81,58 @@ bool http_request_id_echo_ok(const char *s) {
     for (const unsigned char *u = (const unsigned char *)s; *u; u++, n++)
         if ((*u < 0x20 && *u != '\t') || *u == 0x7F || n == HTTP_ECHO_ID_MAX_BYTES) return false;
     return true;
+}
+
+/* ---- framing -------------------------------------------------------------------------- */
+
+/* RFC 9110 tchar: what a field name is made of. */
+static bool is_tchar(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool is_token(const char *s) {
+    if (!*s) return false;
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++)
+        if (!is_tchar(*u)) return false;
+    return true;
+}
+
+/* Length of `v` without trailing spaces and tabs (libmicrohttpd drops only the leading ones). */
+static size_t trimmed_len(const char *v) {
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+    return n;
+}
+
+static bool same_value(const char *a, const char *b) {
+    size_t na = trimmed_len(a), nb = trimmed_len(b);
+    return na == nb && memcmp(a, b, na) == 0;
+}
+
+const char *http_framing_error(const http_field_t *fields, size_t n) {
+    const char *content_length = NULL, *transfer_encoding = NULL;
+    int n_host = 0, n_te = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = fields[i].name, *value = fields[i].value ? fields[i].value : "";
+        if (!name || !is_token(name))
+            return "Invalid header field name (RFC 9112: no whitespace before the colon).";
+        if (!strcasecmp(name, "Content-Length")) {
+            if (content_length && !same_value(content_length, value))
+                return "Conflicting Content-Length headers.";
+            content_length = value;
+        } else if (!strcasecmp(name, "Host")) {
+            n_host++;
+        } else if (!strcasecmp(name, "Transfer-Encoding")) {
+            n_te++;
+            transfer_encoding = value;
+        }
+    }
+    if (n_host > 1) return "More than one Host header.";
+    if (n_te > 0) {
+        if (n_te > 1 || trimmed_len(transfer_encoding) != 7 || strncasecmp(transfer_encoding, "chunked", 7) != 0)
+            return "Unsupported Transfer-Encoding: only one \"chunked\" is accepted.";
+        if (content_length) return "Both Transfer-Encoding and Content-Length in one request.";
+    }
+    return NULL;
 }

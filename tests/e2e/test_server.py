@@ -7,7 +7,8 @@ streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
 accounting; errors as the SDK's exception types with vLLM's messages; exact
 SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
 /tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
-valid JSON, escaped log lines); clients that hang up mid-stream (after which the
+valid JSON, escaped log lines); ambiguous framing (RFC 9112 400s, the
+connection closed); clients that hang up mid-stream (after which the
 server's /metrics shows nothing running or waiting and no KV block held, and
 a request needing most of the KV pool completes); and
 a graceful SIGTERM (exit status 0). Prints one line per check and
@@ -161,6 +162,61 @@ def check_request_ids(srv, check):
           lines and any(want_line in l for l in lines) and
           all(utf8(l) and not any(c < 0x20 or c == 0x7f for c in l) for l in lines),
           [l[:120] for l in lines][:3])
+
+
+def exchange_until_close(port, raw, timeout=10):
+    """Sends `raw` and reads until the server closes; returns (bytes, closed): closed is False when
+    the connection was still open after `timeout` seconds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return data, True
+                data += chunk
+        except socket.timeout:
+            return data, False
+        except ConnectionResetError:
+            return data, True
+
+
+def check_framing(srv, check):
+    """Request heads whose framing is ambiguous (RFC 9112: 400) are refused and the connection is
+    closed, so nothing after them is read as a request; plain heads still work."""
+    body = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 2}).encode()
+    cl = b"Content-Length: " + str(len(body)).encode()
+    auth_line = b"Authorization: Bearer " + KEY.encode()
+    # Each is followed by a second, valid request: a server that misreads the framing answers it.
+    smuggled = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth_line + b"\r\n\r\n")
+    chunked_body = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
+    cases = [
+        ("two different Content-Length", [b"Host: x", cl, b"Content-Length: 5"], body),
+        ("HTTP/1.1 without Host", [cl], body),
+        ("two Host headers", [b"Host: x", b"Host: y", cl], body),
+        # Its body is a request: a server that ignores "Content-Length :" answers it.
+        ("whitespace before the colon", [b"Host: x", b"Content-Length : " + str(len(smuggled)).encode()], smuggled),
+        ("Transfer-Encoding gzip", [b"Host: x", b"Transfer-Encoding: gzip", cl], body),
+        ("Transfer-Encoding chunked with Content-Length", [b"Host: x", b"Transfer-Encoding: chunked", cl],
+         chunked_body),
+    ]
+    for name, lines, payload in cases:
+        raw = (b"POST /v1/completions HTTP/1.1\r\n" + b"\r\n".join(lines + [auth_line]) + b"\r\n\r\n" +
+               payload + smuggled)
+        data, closed = exchange_until_close(srv.port, raw)
+        check(f"framing: {name} -> 400, connection closed, nothing after it answered",
+              data.startswith(b"HTTP/1.1 400 ") and closed and b"HTTP/1.1 200" not in data and
+              b'"object":"list"' not in data, (closed, data[:300]))
+    # The same requests, unambiguous, are served.
+    for name, lines, payload in [("one Content-Length", [b"Host: x", cl], body),
+                                 ("the same Content-Length twice", [b"Host: x", cl, cl], body),
+                                 ("chunked body", [b"Host: x", b"Transfer-Encoding: chunked"], chunked_body)]:
+        raw = (b"POST /v1/completions HTTP/1.1\r\n" + b"\r\n".join(lines + [auth_line, b"Connection: close"]) +
+               b"\r\n\r\n" + payload)
+        data, closed = exchange_until_close(srv.port, raw)
+        check(f"framing: {name} -> 200", data.startswith(b"HTTP/1.1 200 ") and b'"text_completion"' in data,
+              data[:300])
 
 
 def main():
@@ -317,6 +373,7 @@ def main():
                         dict(auth, **{"X-Request-Id": "my-req-7"}))
         check("X-Request-Id is echoed", hd.get("X-Request-Id") == "my-req-7", hd)
         check_request_ids(srv, check)
+        check_framing(srv, check)
 
         # Clients that hang up mid-stream, at random points.
         def hang_up(seed):

@@ -1,13 +1,13 @@
 /* fuzz_http_headers.c - libFuzzer target for request-head values the server reads
  * (src/server/http_checks.c) and where they end up.
  *
- * The input is one header value (a NUL ends it, as libmicrohttpd ends a value
- * there). X-Request-Id path: the value read as latin-1 becomes the response id,
+ * The first byte picks the path (modulo 2), the rest is its text (a NUL ends
+ * it, as libmicrohttpd ends a value there). 0, X-Request-Id: the value read as latin-1 becomes the response id,
  * which is written into a non-streaming body and an SSE chunk by the real
  * writers (a completions request parsed with a stub tokenizer); both must parse
  * as JSON (cJSON) and give the id back unchanged, the id must be valid UTF-8,
- * and its log form must be valid UTF-8 with no control character. Invariants:
- * never crash or leak. Seeds: corpus/http_headers/.
+ * and its log form must be valid UTF-8 with no control character. 1, framing:
+ * "name:value" lines through http_framing_error. Invariants: never crash or leak. Seeds: corpus/http_headers/.
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -114,11 +114,31 @@ static void fuzz_request_id(const char *value, size_t n) {
     oai_request_free(&req);
 }
 
+/* "name:value" lines; a line without a colon is a name with an empty value. */
+static void fuzz_framing(char *text) {
+    http_field_t fields[64];
+    size_t n = 0;
+    for (char *line = text; line && n < 64;) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        char *colon = strchr(line, ':');
+        if (colon) *colon = '\0';
+        fields[n++] = (http_field_t){line, colon ? colon + 1 : ""};
+        line = next;
+    }
+    const char *why = http_framing_error(fields, n);
+    if (why && !why[0]) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char *value = malloc(size + 1);
-    memcpy(value, data, size);
-    value[size] = '\0';
-    fuzz_request_id(value, strlen(value));
+    if (size < 1) return 0;
+    char *value = malloc(size);
+    memcpy(value, data + 1, size - 1);
+    value[size - 1] = '\0';
+    switch (data[0] % 2) {
+    case 0: fuzz_request_id(value, strlen(value)); break;
+    case 1: fuzz_framing(value); break;
+    }
     free(value);
     return 0;
 }

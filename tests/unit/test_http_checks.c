@@ -5,6 +5,8 @@
  * and its JSON is valid whatever the header holds; the log form has no control
  * character; only short, valid field values are echoed. A seeded property test
  * runs random header bytes through the id, the JSON writer and the log form.
+ * Framing: each ambiguity RFC 9112 calls a 400 that libmicrohttpd 0.9.75 lets
+ * through is refused, and plain heads pass.
  */
 #include <cjson/cJSON.h>
 
@@ -172,6 +174,46 @@ static void test_random_header_bytes_give_valid_ids_json_and_logs(void) {
     }
 }
 
+/* ---- framing ---- */
+
+#define FIELDS(...) ((const http_field_t[]){__VA_ARGS__}), sizeof((const http_field_t[]){__VA_ARGS__}) / sizeof(http_field_t)
+
+static void test_plain_request_heads_pass(void) {
+    CHECK(!http_framing_error(FIELDS({"Host", "x"}, {"Content-Length", "5"}, {"Content-Type", "application/json"})));
+    CHECK(!http_framing_error(FIELDS({"host", "x"}, {"transfer-encoding", "Chunked "})));
+    CHECK(!http_framing_error(NULL, 0));
+}
+
+static void test_conflicting_content_lengths_are_refused(void) {
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Host", "x"}, {"Content-Length", "5"}, {"content-length", "50"})),
+                       "Content-Length");
+    CHECK(!http_framing_error(FIELDS({"Content-Length", "5"}, {"Content-Length", "5 "}))); /* RFC 9112 6.3: the same value */
+}
+
+static void test_whitespace_before_the_colon_is_refused(void) {
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Host", "x"}, {"Content-Length ", "5"})), "header field name");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Trans fer", "x"})), "header field name");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"", "x"})), "header field name");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"X\x80", "x"})), "header field name");
+}
+
+static void test_more_than_one_host_is_refused(void) {
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Host", "a"}, {"HOST", "b"})), "Host");
+}
+
+static void test_transfer_encoding_other_than_one_chunked_is_refused(void) {
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Transfer-Encoding", "gzip"})), "Transfer-Encoding");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Transfer-Encoding", "gzip, chunked"})), "Transfer-Encoding");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"})),
+                       "Transfer-Encoding");
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Transfer-Encoding", "xchunked"})), "Transfer-Encoding");
+}
+
+static void test_transfer_encoding_with_content_length_is_refused(void) {
+    CHECK_STR_CONTAINS(http_framing_error(FIELDS({"Content-Length", "5"}, {"Transfer-Encoding", "chunked"})),
+                       "Both Transfer-Encoding and Content-Length");
+}
+
 int main(void) {
     test_seed();
     RUN(test_request_id_bytes_become_latin1_code_points);
@@ -181,5 +223,11 @@ int main(void) {
     RUN(test_log_form_escapes_controls_backslash_and_bad_utf8);
     RUN(test_echo_only_short_valid_field_values);
     RUN(test_random_header_bytes_give_valid_ids_json_and_logs);
+    RUN(test_plain_request_heads_pass);
+    RUN(test_conflicting_content_lengths_are_refused);
+    RUN(test_whitespace_before_the_colon_is_refused);
+    RUN(test_more_than_one_host_is_refused);
+    RUN(test_transfer_encoding_other_than_one_chunked_is_refused);
+    RUN(test_transfer_encoding_with_content_length_is_refused);
     return test_summary();
 }
