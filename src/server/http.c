@@ -6,7 +6,8 @@
  * is resumed by the engine thread's notify callback, or by the ticker every
  * keepalive_s so that a closed socket is noticed and a streaming client gets
  * an SSE comment. A connection that ends before its request finished aborts
- * the request (its KV blocks are freed at the engine's next step).
+ * the request (its KV blocks are freed at the engine's next step). The ticker
+ * also enforces the deadlines on receiving a request (http_conn.c).
  */
 #define _GNU_SOURCE
 #include "http.h"
@@ -57,18 +58,37 @@ void http_watch_stream(http_req_t *r, engine_stream_t *st) {
     engine_stream_set_notify(st, conn_notify, r);
 }
 
+/* Waits on s->cv (s->mu held) for at most `seconds`. */
+static void ticker_wait(server_t *s, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double when = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (seconds > 0 ? seconds : 0);
+    ts.tv_sec = (time_t)when;
+    ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* Every keepalive_s: wakes each parked request (SSE comment, disconnect check).
+ * Every http_conns_period_s: enforces the request head and body deadlines. */
 static void *ticker_main(void *arg) {
     server_t *s = arg;
+    double period_s = http_conns_period_s(&s->cfg);
+    double next_tick = sl_now_s() + s->cfg.keepalive_s, next_enforce = sl_now_s() + period_s;
     pthread_mutex_lock(&s->mu);
     while (!s->ticker_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double when = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s->cfg.keepalive_s;
-        ts.tv_sec = (time_t)when;
-        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        ticker_wait(s, (next_tick < next_enforce ? next_tick : next_enforce) - sl_now_s());
         if (s->ticker_stop) break;
-        for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+        double now = sl_now_s();
+        if (now >= next_enforce) {
+            pthread_mutex_unlock(&s->mu);
+            http_conns_enforce(s);
+            pthread_mutex_lock(&s->mu);
+            next_enforce = now + period_s;
+        }
+        if (now >= next_tick) {
+            for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+            next_tick = now + s->cfg.keepalive_s;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -84,21 +104,9 @@ static http_req_t *req_new(server_t *s, struct MHD_Connection *conn, const char 
     r->t_start = sl_now_s();
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->url, sizeof r->url, "%s", url);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
-        char host[64] = "?";
-        int port = 0;
-        if (ci->client_addr->sa_family == AF_INET) {
-            const struct sockaddr_in *a = (const struct sockaddr_in *)ci->client_addr;
-            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-            port = ntohs(a->sin_port);
-        } else if (ci->client_addr->sa_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ci->client_addr;
-            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-            port = ntohs(a->sin6_port);
-        }
-        snprintf(r->peer, sizeof r->peer, "%s:%d", host, port);
-    }
+    http_peer(conn, r->peer, sizeof r->peer);
+    r->hc = http_conn_of(conn);
+    http_conn_enter(s, r->hc, HTTP_PHASE_BODY); /* the head is in: the body's deadline starts */
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_lock(&s->mu);
     r->next = s->live;
@@ -196,6 +204,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req_t *r = *con_cls;
     if (!r) return;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->client_gone = true;
+    http_conn_enter(r->srv, r->hc, HTTP_PHASE_HEAD); /* a kept-alive connection's next request */
     req_free(r);
     *con_cls = NULL;
 }
@@ -351,6 +360,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *why = framing_error(conn);
         if (why) {
             r->refused = true;
+            http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
             return bad_framing(r, why);
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -358,6 +368,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (cl && strtoll(cl, NULL, 10) > s->cfg.max_request_bytes) {
             /* Answer before the body arrives; MHD closes the connection after it. */
             r->refused = true;
+            http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
             return too_large(r);
         }
         return MHD_YES;
@@ -376,6 +387,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (!r->dispatched) { /* the body is in: from here on, no deadline (slow readers included) */
+        r->dispatched = true;
+        http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
+    }
     if (r->refused) return too_large(r);
     if (r->body) r->body[r->len] = '\0';
     return routes_dispatch(r);
@@ -392,6 +407,8 @@ void server_config_default(server_config_t *c) {
     c->connection_limit = 8192;
     c->listen_backlog = 4096;
     c->connection_timeout_s = 5;  /* vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE default */
+    c->header_timeout_s = 60;     /* nginx's client_header_timeout default */
+    c->body_timeout_s = 60;
     c->n_threads = 2;
 }
 
@@ -405,6 +422,7 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
     s->special_tokens = special_tokens;
     s->created = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (routes_init(s, err)) {
         free(s);
@@ -443,6 +461,7 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
     if (bind_addr && bind_addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, cfg->connection_limit,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, cfg->listen_backlog,
                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout_s,
@@ -501,8 +520,9 @@ void server_stop(server_t *s, double grace_s) {
     pthread_mutex_lock(&s->mu);
     for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
     pthread_mutex_unlock(&s->mu);
-    MHD_stop_daemon(s->d);
+    MHD_stop_daemon(s->d); /* closes every connection: their http_conn_t are freed */
     routes_free(s);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

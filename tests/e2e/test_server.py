@@ -8,7 +8,8 @@ accounting; errors as the SDK's exception types with vLLM's messages; exact
 SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
 /tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
 valid JSON, escaped log lines); ambiguous framing (RFC 9112 400s, the
-connection closed); clients that hang up mid-stream (after which the
+connection closed); slow clients (request heads and bodies cut at their
+deadlines, a slow reader of a stream not); clients that hang up mid-stream (after which the
 server's /metrics shows nothing running or waiting and no KV block held, and
 a request needing most of the KV pool completes); and
 a graceful SIGTERM (exit status 0). Prints one line per check and
@@ -217,6 +218,86 @@ def check_framing(srv, check):
         data, closed = exchange_until_close(srv.port, raw)
         check(f"framing: {name} -> 200", data.startswith(b"HTTP/1.1 200 ") and b'"text_completion"' in data,
               data[:300])
+
+
+def trickle(port, prefix, drip, gap_s, give_up_s):
+    """Sends `prefix`, then `drip` one byte every gap_s seconds (far below the 5 s idle timeout),
+    until the server closes the connection or give_up_s pass. Returns (seconds until the server
+    closed it or None, bytes of drip sent, what the server sent)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    t0, sent, got = time.time(), 0, b""
+    try:
+        s.sendall(prefix)
+        s.setblocking(False)
+        for b in drip:
+            if time.time() - t0 > give_up_s:
+                return None, sent, got
+            time.sleep(gap_s)
+            try:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return time.time() - t0, sent, got
+                got += chunk
+            except BlockingIOError:
+                pass
+            s.send(bytes([b]))
+            sent += 1
+        return None, sent, got
+    except OSError:
+        return time.time() - t0, sent, got
+    finally:
+        s.close()
+
+
+def check_slow_clients(servelab, model, check):
+    """Request heads and bodies trickled slowly are cut at --request-header-timeout /
+    --request-body-timeout (1 s here), while a client that reads a long stream slowly for several
+    times those limits gets all of it."""
+    srv = Server(servelab, model, "--request-header-timeout", "1", "--request-body-timeout", "1")
+    try:
+        head = b"Host: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\nX-Pad: " + b"p" * 60 + b"\r\n\r\n"
+        closed_s, sent, got = trickle(srv.port, b"POST /v1/completions HTTP/1.1\r\n", head, 0.25, 8)
+        check("slow client: headers at 1 byte / 0.25 s are cut at --request-header-timeout 1",
+              closed_s is not None and closed_s < 3 and sent < len(head) and b"HTTP/1.1 200" not in got,
+              (closed_s, sent, got[:200]))
+        body = json.dumps({"model": NAME, "prompt": "Hi " * 20, "max_tokens": 2}).encode()
+        prefix = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        closed_s, sent, got = trickle(srv.port, prefix, body, 0.25, 8)
+        check("slow client: a body at 1 byte / 0.25 s is cut at --request-body-timeout 1",
+              closed_s is not None and closed_s < 3 and sent < len(body) and b"HTTP/1.1 200" not in got,
+              (closed_s, sent, got[:200]))
+        logs = srv.logs()
+        check("slow client: each cut is logged", "request headers did not arrive within 1 s" in logs and
+              "request body did not arrive within 1 s" in logs, logs[-600:])
+
+        # A slow reader: a small receive buffer, 256 bytes every 20 ms, for several seconds.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", srv.port))
+        b = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 300, "ignore_eos": True,
+                        "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nConnection: close\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+        t0, data = time.time(), b""
+        try:
+            while True:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+                time.sleep(0.02)
+        except OSError as e:
+            data += repr(e).encode()
+        s.close()
+        took = time.time() - t0
+        check("slow client: a stream read slowly for over 3x the limits arrives whole",
+              took > 3 and data.count(b"data: {") == 300 and b"data: [DONE]" in data,
+              (round(took, 2), data.count(b"data: {"), data[-200:]))
+        check("slow client: the server stays healthy", raw(srv.base, "GET", "/health")[0] == 200)
+    finally:
+        srv.stop()
 
 
 def main():
@@ -476,6 +557,8 @@ def main():
               raw(adm.base, "POST", "/v1/completions", body, auth)[0] == 200)
     finally:
         adm.stop()
+
+    check_slow_clients(args.servelab, args.model, check)
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
