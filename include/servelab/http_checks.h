@@ -1,6 +1,6 @@
 /* http_checks.h - pure checks and encodings of the bytes a client puts in its
- * request head: the X-Request-Id header as vLLM reads it, log-safe text, and
- * the framing headers (request smuggling). No sockets and no libmicrohttpd: the server (src/server/http.c, routes.c)
+ * request head: the X-Request-Id header as vLLM reads it, log-safe text, the
+ * framing headers (request smuggling), and the API-key check. No sockets and no libmicrohttpd: the server (src/server/http.c, routes.c)
  * calls them with the header values libmicrohttpd parsed; the unit tests and a
  * fuzz target call them directly. See docs/architecture.md, "HTTP hardening".
  */
@@ -48,5 +48,20 @@ typedef struct {
  * other than one "chunked", Transfer-Encoding together with Content-Length.
  * Returns NULL when the framing is unambiguous, else a static message for a 400. */
 const char *http_framing_error(const http_field_t *fields, size_t n);
+
+/* ---- API keys ------------------------------------------------------------------------- */
+
+enum { HTTP_KEY_DIGEST_BYTES = 32 };
+
+/* SHA-256 of `n` bytes of a configured key, computed once at startup. */
+void http_key_digest(const char *key, size_t n, uint8_t out[HTTP_KEY_DIGEST_BYTES]);
+
+/* vLLM's check of an Authorization header: the scheme (up to the first space)
+ * is "bearer" in any case, and the SHA-256 of the rest (read as latin-1, like
+ * the request id; trailing spaces and tabs dropped, as HTTP parsers drop them)
+ * equals one of the n_keys digests. Every digest is compared in constant time
+ * and all of them are compared, so the time taken does not depend on which
+ * bytes of a key matched. NULL or "" is false. */
+bool http_bearer_ok(const char *authorization, const uint8_t (*digests)[HTTP_KEY_DIGEST_BYTES], int n_keys);
 
 #endif

@@ -6,11 +6,15 @@
  * escaped). Log lines get a further escaped copy: no control character reaches
  * the log, whatever the id or the body's request_id holds. The framing check
  * covers what libmicrohttpd 0.9.75 lets through (docs/architecture.md, "HTTP
- * hardening").
+ * hardening"). API keys are compared as vLLM compares them: SHA-256 digests,
+ * in constant time.
  */
 #include "servelab/http_checks.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -135,4 +139,31 @@ const char *http_framing_error(const http_field_t *fields, size_t n) {
         if (content_length) return "Both Transfer-Encoding and Content-Length in one request.";
     }
     return NULL;
+}
+
+/* ---- API keys ------------------------------------------------------------------------- */
+
+void http_key_digest(const char *key, size_t n, uint8_t out[HTTP_KEY_DIGEST_BYTES]) {
+    unsigned len = 0;
+    if (!EVP_Digest(key, n, out, &len, EVP_sha256(), NULL) || len != HTTP_KEY_DIGEST_BYTES)
+        sl_die("SHA-256 (libcrypto) failed");
+}
+
+/* vLLM (AuthenticationMiddleware.verify_token): scheme, _, param =
+ * header.partition(" "); scheme.lower() == "bearer"; then
+ * secrets.compare_digest(sha256(param), each key's sha256), over every key. */
+bool http_bearer_ok(const char *authorization, const uint8_t (*digests)[HTTP_KEY_DIGEST_BYTES], int n_keys) {
+    if (!authorization || !*authorization) return false;
+    const char *space = strchr(authorization, ' ');
+    size_t scheme_len = space ? (size_t)(space - authorization) : strlen(authorization);
+    if (scheme_len != 6 || strncasecmp(authorization, "bearer", 6) != 0) return false;
+    const char *param = space ? space + 1 : "";
+    size_t n = trimmed_len(param);
+    char *text = http_latin1_to_utf8(param, n); /* the header as vLLM's str */
+    uint8_t digest[HTTP_KEY_DIGEST_BYTES];
+    http_key_digest(text, strlen(text), digest);
+    free(text);
+    int match = 0;
+    for (int i = 0; i < n_keys; i++) match |= CRYPTO_memcmp(digest, digests[i], HTTP_KEY_DIGEST_BYTES) == 0;
+    return match != 0;
 }

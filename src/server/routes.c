@@ -26,6 +26,7 @@ struct routes_state {
     pthread_mutex_t rng_mu;
     uint64_t rng;
     char perm_hex[33];
+    uint8_t (*key_digests)[HTTP_KEY_DIGEST_BYTES]; /* SHA-256 of each --api-key */
 };
 
 typedef struct route_job {
@@ -74,6 +75,9 @@ int routes_init(struct server *s, sl_err_t *err) {
         LOG_WARNING("Default sampling parameters have been overridden by the model's Hugging Face generation "
                     "config recommended from the model creator. If this is not intended, please relaunch "
                     "with `--generation-config vllm`.");
+    rs->key_digests = sl_calloc((size_t)(s->cfg.n_api_keys > 0 ? s->cfg.n_api_keys : 1), sizeof *rs->key_digests);
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        http_key_digest(s->cfg.api_keys[i], strlen(s->cfg.api_keys[i]), rs->key_digests[i]);
     pthread_mutex_init(&rs->rng_mu, NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -87,6 +91,7 @@ int routes_init(struct server *s, sl_err_t *err) {
 void routes_free(struct server *s) {
     if (!s->routes) return;
     pthread_mutex_destroy(&s->routes->rng_mu);
+    free(s->routes->key_digests);
     free(s->routes);
     s->routes = NULL;
 }
@@ -117,14 +122,13 @@ static enum MHD_Result respond_json(http_req_t *r, unsigned status, char *body, 
     return ret;
 }
 
+/* vLLM's API-key check: the scheme in any case, the key's SHA-256 compared in
+ * constant time (http_bearer_ok). */
 static bool authorized(http_req_t *r) {
     const server_config_t *c = &r->srv->cfg;
     if (c->n_api_keys == 0) return true;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    for (int i = 0; i < c->n_api_keys; i++)
-        if (!strcmp(h + 7, c->api_keys[i])) return true;
-    return false;
+    return http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])r->srv->routes->key_digests, c->n_api_keys);
 }
 
 /* ---- engine jobs ------------------------------------------------------------------ */

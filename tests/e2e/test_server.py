@@ -5,7 +5,8 @@ Starts `servelab serve` on the bundled tiny checkpoint (a small KV pool on
 purpose, and an API key), then checks: models list; chat and completions,
 streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
 accounting; errors as the SDK's exception types with vLLM's messages; exact
-SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
+SSE framing and [DONE]; 401/404/405/413/400 bodies; the API key
+(scheme in any case, as vLLM); /health, /version,
 /tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
 valid JSON, escaped log lines); ambiguous framing (RFC 9112 400s, the
 connection closed); slow clients (request heads and bodies cut at their
@@ -413,6 +414,12 @@ def main():
               "choices", "usage"] and first["object"] == "text_completion", first)
         st, _, data = raw(srv.base, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
         check("no key -> 401 {\"error\":\"Unauthorized\"}", st == 401 and json.loads(data) == {"error": "Unauthorized"}, data)
+        for scheme in ("bearer", "BEARER", "bEaReR"):
+            st, _, data = raw(srv.base, "GET", "/v1/models", None, {"Authorization": f"{scheme} {KEY}"})
+            check(f"auth: scheme '{scheme}' accepted, as vLLM", st == 200, (st, data))
+        for value in (f"Bearer {KEY}x", f"Bearer {KEY[:-1]}", f"Bearer  {KEY}", f"Basic {KEY}", "Bearer"):
+            st, _, data = raw(srv.base, "GET", "/v1/models", None, {"Authorization": value})
+            check(f"auth: '{value}' -> 401", st == 401 and json.loads(data) == {"error": "Unauthorized"}, (st, data))
         st, _, data = raw(srv.base, "GET", "/health")
         check("/health needs no key", st == 200 and data == b"", (st, data))
         st, _, data = raw(srv.base, "GET", "/nope")

@@ -1,17 +1,19 @@
 /* fuzz_http_headers.c - libFuzzer target for request-head values the server reads
  * (src/server/http_checks.c) and where they end up.
  *
- * The first byte picks the path (modulo 2), the rest is its text (a NUL ends
+ * The first byte picks the path (modulo 3), the rest is its text (a NUL ends
  * it, as libmicrohttpd ends a value there). 0, X-Request-Id: the value read as latin-1 becomes the response id,
  * which is written into a non-streaming body and an SSE chunk by the real
  * writers (a completions request parsed with a stub tokenizer); both must parse
  * as JSON (cJSON) and give the id back unchanged, the id must be valid UTF-8,
  * and its log form must be valid UTF-8 with no control character. 1, framing:
- * "name:value" lines through http_framing_error. Invariants: never crash or leak. Seeds: corpus/http_headers/.
+ * "name:value" lines through http_framing_error. 2, Authorization: accepted
+ * exactly when vLLM would accept it. Invariants: never crash or leak. Seeds: corpus/http_headers/.
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "servelab/http_checks.h"
 #include "servelab/openai.h"
@@ -130,14 +132,34 @@ static void fuzz_framing(char *text) {
     if (why && !why[0]) abort();
 }
 
+/* An Authorization header against two keys: accepted exactly when the scheme
+ * is "bearer" in any case and the rest, without trailing blanks and read as
+ * latin-1, is one of the keys. */
+static void fuzz_authorization(const char *value) {
+    static const char *keys[] = {"test-key-123", "caf\xc3\xa9"};
+    uint8_t digests[2][HTTP_KEY_DIGEST_BYTES];
+    for (int i = 0; i < 2; i++) http_key_digest(keys[i], strlen(keys[i]), digests[i]);
+    bool ok = http_bearer_ok(value, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])digests, 2);
+    bool want = false;
+    if (!strncasecmp(value, "bearer ", 7)) {
+        size_t n = strlen(value + 7);
+        while (n > 0 && (value[7 + n - 1] == ' ' || value[7 + n - 1] == '\t')) n--;
+        char *text = http_latin1_to_utf8(value + 7, n);
+        want = !strcmp(text, keys[0]) || !strcmp(text, keys[1]);
+        free(text);
+    }
+    if (ok != want) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     char *value = malloc(size);
     memcpy(value, data + 1, size - 1);
     value[size - 1] = '\0';
-    switch (data[0] % 2) {
+    switch (data[0] % 3) {
     case 0: fuzz_request_id(value, strlen(value)); break;
     case 1: fuzz_framing(value); break;
+    case 2: fuzz_authorization(value); break;
     }
     free(value);
     return 0;

@@ -6,7 +6,8 @@
  * character; only short, valid field values are echoed. A seeded property test
  * runs random header bytes through the id, the JSON writer and the log form.
  * Framing: each ambiguity RFC 9112 calls a 400 that libmicrohttpd 0.9.75 lets
- * through is refused, and plain heads pass.
+ * through is refused, and plain heads pass. API keys: vLLM's rules (scheme in
+ * any case, the key after the first space, read as latin-1).
  */
 #include <cjson/cJSON.h>
 
@@ -214,6 +215,50 @@ static void test_transfer_encoding_with_content_length_is_refused(void) {
                        "Both Transfer-Encoding and Content-Length");
 }
 
+/* ---- API keys ---- */
+
+static uint8_t KEYS[3][HTTP_KEY_DIGEST_BYTES];
+
+static void keys_init(void) {
+    http_key_digest("test-key-123", 12, KEYS[0]);
+    http_key_digest("second", 6, KEYS[1]);
+    http_key_digest("caf\xc3\xa9", 5, KEYS[2]); /* "café" as given on the command line */
+}
+
+static void test_bearer_scheme_in_any_case_is_accepted(void) {
+    keys_init();
+    CHECK(http_bearer_ok("Bearer test-key-123", KEYS, 3));
+    CHECK(http_bearer_ok("bearer test-key-123", KEYS, 3));
+    CHECK(http_bearer_ok("BEARER test-key-123", KEYS, 3));
+    CHECK(http_bearer_ok("bEaReR second", KEYS, 3));
+}
+
+static void test_wrong_scheme_or_key_is_refused(void) {
+    keys_init();
+    CHECK(!http_bearer_ok("Basic test-key-123", KEYS, 3));
+    CHECK(!http_bearer_ok("Bearertest-key-123", KEYS, 3));
+    CHECK(!http_bearer_ok("Bearer  test-key-123", KEYS, 3)); /* vLLM: the key is all after the first space */
+    CHECK(!http_bearer_ok("Bearer test-key-12", KEYS, 3));
+    CHECK(!http_bearer_ok("Bearer test-key-1234", KEYS, 3));
+    CHECK(!http_bearer_ok("Bearer TEST-KEY-123", KEYS, 3));
+    CHECK(!http_bearer_ok("Bearer", KEYS, 3));
+    CHECK(!http_bearer_ok("", KEYS, 3));
+    CHECK(!http_bearer_ok(NULL, KEYS, 3));
+    CHECK(!http_bearer_ok("Bearer test-key-123", KEYS, 0));
+}
+
+static void test_bearer_key_matches_any_configured_key(void) {
+    keys_init();
+    CHECK(http_bearer_ok("Bearer second", KEYS, 3));
+    CHECK(http_bearer_ok("Bearer test-key-123 \t", KEYS, 3)); /* trailing whitespace is not the field's */
+}
+
+static void test_bearer_key_bytes_are_read_as_latin1(void) {
+    keys_init();
+    CHECK(http_bearer_ok("Bearer caf\xe9", KEYS, 3));          /* latin-1 "é", as vLLM decodes it */
+    CHECK(!http_bearer_ok("Bearer caf\xc3\xa9", KEYS, 3));    /* raw UTF-8 reads as "cafÃ©" in vLLM too */
+}
+
 int main(void) {
     test_seed();
     RUN(test_request_id_bytes_become_latin1_code_points);
@@ -229,5 +274,9 @@ int main(void) {
     RUN(test_more_than_one_host_is_refused);
     RUN(test_transfer_encoding_other_than_one_chunked_is_refused);
     RUN(test_transfer_encoding_with_content_length_is_refused);
+    RUN(test_bearer_scheme_in_any_case_is_accepted);
+    RUN(test_wrong_scheme_or_key_is_refused);
+    RUN(test_bearer_key_matches_any_configured_key);
+    RUN(test_bearer_key_bytes_are_read_as_latin1);
     return test_summary();
 }
