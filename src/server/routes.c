@@ -3,7 +3,8 @@
  * Routes (vLLM's): GET /health, /metrics, /version, /v1/models; POST /v1/chat/completions,
  * /v1/completions, /tokenize, /detokenize. API keys guard /v1/... only, and a
  * failed check answers 401 {"error":"Unauthorized"} as vLLM does. An unknown
- * path is FastAPI's 404 {"detail":"Not Found"}. A completions request with a
+ * path is FastAPI's 404 {"detail":"Not Found"}, a known one with another method
+ * its 405 with an Allow header. A completions request with a
  * list of prompts submits one engine stream per prompt; their events are
  * merged into one response (choice index = prompt * n + i, as vLLM).
  */
@@ -356,9 +357,11 @@ static enum MHD_Result not_found(http_req_t *r) {
     return http_respond(r, 404, "application/json", body, sizeof body - 1, NULL, NULL);
 }
 
-static enum MHD_Result method_not_allowed(http_req_t *r) {
+/* FastAPI's 405: Starlette's Route names the route's methods in Allow (", "
+ * between them; each route here has one). */
+static enum MHD_Result method_not_allowed(http_req_t *r, const char *allow) {
     static const char body[] = "{\"detail\":\"Method Not Allowed\"}";
-    return http_respond(r, 405, "application/json", body, sizeof body - 1, NULL, NULL);
+    return http_respond(r, 405, "application/json", body, sizeof body - 1, "Allow", allow);
 }
 
 enum MHD_Result routes_dispatch(http_req_t *r) {
@@ -371,12 +374,12 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
     }
     if (!strcmp(url, "/health")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         bool alive = engine_is_alive(s->engine);
         return http_respond(r, alive ? 200 : 503, NULL, "", 0, NULL, NULL);
     }
     if (!strcmp(url, "/metrics") || !strcmp(url, "/metrics/")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         if (!s->cfg.metrics) return not_found(r);
         const char *accept = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept");
         bool om = metrics_accept_openmetrics(accept);
@@ -388,13 +391,13 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         return ret;
     }
     if (!strcmp(url, "/version")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         size_t len;
         char *body = oai_version_body(SERVELAB_VERSION, &len);
         return respond_json(r, 200, body, len);
     }
     if (!strcmp(url, "/v1/models")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         size_t len;
         char *body = oai_models_body(&s->routes->ctx, s->created, s->routes->perm_hex, &len);
         return respond_json(r, 200, body, len);
@@ -405,7 +408,7 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     };
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {
         if (strcmp(url, posts[i].path) != 0) continue;
-        if (!post) return method_not_allowed(r);
+        if (!post) return method_not_allowed(r, "POST");
         return start_job(r, posts[i].kind);
     }
     return not_found(r);

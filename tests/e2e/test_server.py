@@ -5,7 +5,7 @@ Starts `servelab serve` on the bundled tiny checkpoint (a small KV pool on
 purpose, and an API key), then checks: models list; chat and completions,
 streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
 accounting; errors as the SDK's exception types with vLLM's messages; exact
-SSE framing and [DONE]; 401/404/405/413/400 bodies; the API key
+SSE framing and [DONE]; 401/404/405 (with Allow)/413/400 bodies; the API key
 (scheme in any case, as vLLM); /health, /version,
 /tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
 valid JSON, escaped log lines); ambiguous framing (RFC 9112 400s, the
@@ -424,8 +424,13 @@ def main():
         check("/health needs no key", st == 200 and data == b"", (st, data))
         st, _, data = raw(srv.base, "GET", "/nope")
         check("unknown path -> 404", st == 404, (st, data))
-        st, _, data = raw(srv.base, "GET", "/v1/completions", None, auth)
-        check("wrong method -> 405", st == 405, (st, data))
+        for method, path, allow in (("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
+                                    ("POST", "/v1/models", "GET"), ("DELETE", "/health", "GET"),
+                                    ("POST", "/version", "GET"), ("GET", "/tokenize", "POST")):
+            st, hd, data = raw(srv.base, method, path, None, auth)
+            check(f"wrong method {method} {path} -> 405, Allow: {allow} (Starlette's)",
+                  st == 405 and hd.get("Allow") == allow and json.loads(data) == {"detail": "Method Not Allowed"},
+                  (st, hd.get("Allow"), data))
         st, _, data = raw(srv.base, "POST", "/v1/completions", b"{not json", auth)
         err = json.loads(data) if data.startswith(b"{") else {}
         check("malformed JSON -> 400 error envelope", st == 400 and err.get("error", {}).get("code") == 400 and
