@@ -6,7 +6,8 @@
  * is queued (engine_stream_set_notify). A ticker resumes waiting connections
  * every keepalive_s, so a streaming client gets an SSE comment and a client
  * that went away is noticed; a disconnect aborts its request, whose blocks
- * the engine frees at the next step.
+ * the engine frees at the next step. The same ticker closes connections whose
+ * request head or body is still arriving past header_timeout_s / body_timeout_s.
  */
 #ifndef SERVELAB_SERVER_H
 #define SERVELAB_SERVER_H
@@ -35,6 +36,8 @@ typedef struct {
     unsigned connection_limit;         /* 8192 */
     unsigned listen_backlog;           /* 4096 */
     unsigned connection_timeout_s;     /* idle connections are closed after this (5) */
+    double header_timeout_s;           /* a request's line and headers must arrive within this (60; 0 = none) */
+    double body_timeout_s;             /* its body within this after the headers (60; 0 = none) */
     unsigned n_threads;                /* HTTP threads (2) */
     const char *generation_config_dir; /* NULL = none ("vllm"); else defaults from its generation_config.json */
     struct metrics *metrics;           /* served on GET /metrics (NULL: 404); the server adds http_* to it */

@@ -3,10 +3,14 @@
  *   servelab serve MODEL_DIR [--host H] [--port 8000] [--served-model-name NAME ...]
  *       [--api-key KEY ...] [--chat-template PATH_OR_INLINE] [--generation-config auto|vllm|DIR]
  *       [--enable-log-requests | --disable-log-requests] [--max-log-len N]
- *       [--max-request-bytes N] [--max-waiting-requests N] [--disable-log-stats] [engine flags]
+ *       [--max-request-bytes N] [--max-waiting-requests N] [--request-header-timeout S]
+ *       [--request-body-timeout S] [--disable-log-stats] [engine flags]
  *
  * MODEL_DIR may also be given as --model. The API key also comes from
- * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s). An
+ * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s).
+ * A request's line and headers, and then its body, must each arrive within
+ * --request-header-timeout / --request-body-timeout seconds (60, 60; 0: no
+ * limit), however steadily a slow client trickles them. An
  * unknown flag is a usage error naming the closest valid one. GET /metrics
  * serves vLLM's metrics; the "Engine 000: ..." stats line is logged every
  * VLLM_LOG_STATS_INTERVAL seconds (10); --disable-log-stats turns both the
@@ -33,6 +37,7 @@ static const char *serve_usage =
     "                      [--api-key KEY ...] [--chat-template PATH_OR_INLINE]\n"
     "                      [--generation-config auto|vllm|DIR] [--enable-log-requests]\n"
     "                      [--max-log-len N] [--max-request-bytes N] [--max-waiting-requests N]\n"
+    "                      [--request-header-timeout S] [--request-body-timeout S]\n"
     "                      [--disable-log-stats] [engine flags]\n";
 
 /* Levenshtein distance, for "did you mean". */
@@ -70,7 +75,7 @@ static _Noreturn void unknown_flag(const struct option *opts, const char *arg) {
 
 int cli_serve(int argc, char **argv) {
     enum { O_MODEL = 256, O_HOST, O_PORT, O_NAME, O_KEY, O_TEMPLATE, O_GENCFG, O_LOGREQ, O_NOLOGREQ,
-           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_NOSTATS };
+           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_HEADER_TIMEOUT, O_BODY_TIMEOUT, O_NOSTATS };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"host", required_argument, 0, O_HOST},
@@ -84,6 +89,8 @@ int cli_serve(int argc, char **argv) {
         {"max-log-len", required_argument, 0, O_MAXLOG},
         {"max-request-bytes", required_argument, 0, O_MAXBYTES},
         {"max-waiting-requests", required_argument, 0, O_MAXWAIT},
+        {"request-header-timeout", required_argument, 0, O_HEADER_TIMEOUT},
+        {"request-body-timeout", required_argument, 0, O_BODY_TIMEOUT},
         {"disable-log-stats", no_argument, 0, O_NOSTATS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -122,6 +129,10 @@ int cli_serve(int argc, char **argv) {
         case O_MAXLOG: sc.max_log_len = (int32_t)cli_parse_int("--max-log-len", optarg, 0, INT32_MAX); break;
         case O_MAXBYTES: sc.max_request_bytes = cli_parse_human_int("--max-request-bytes", optarg, 0x1p30); break;
         case O_MAXWAIT: sc.max_waiting_requests = (int32_t)cli_parse_int("--max-waiting-requests", optarg, 0, INT32_MAX); break;
+        case O_HEADER_TIMEOUT:
+            sc.header_timeout_s = cli_parse_double("--request-header-timeout", optarg, 0, 86400);
+            break;
+        case O_BODY_TIMEOUT: sc.body_timeout_s = cli_parse_double("--request-body-timeout", optarg, 0, 86400); break;
         case O_NOSTATS: log_stats = false; break;
         case 'h': printf("%s%s", serve_usage, engine_usage); free(opts); return 0;
         default: unknown_flag(opts, argv[optind - 1]);

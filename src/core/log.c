@@ -63,7 +63,12 @@ void sl_log(log_level_t level, const char *file, int line, const char *fmt, ...)
     if (n >= 0 && (size_t)n < sizeof buf) n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
     va_end(ap);
     if (n < 0) return;
-    if ((size_t)n >= sizeof buf - 1) n = (int)sizeof buf - 2;
+    if ((size_t)n >= sizeof buf - 1) { /* cut: at a character boundary, so the line stays UTF-8 */
+        n = (int)sizeof buf - 2;
+        int k = n;
+        while (k > 0 && ((unsigned char)buf[k] & 0xC0) == 0x80) k--; /* buf[k]: the lead byte of the cut one */
+        if (k < n) n = k;
+    }
     buf[n++] = '\n';
     FILE *out = to_stderr ? stderr : stdout;
     fwrite(buf, 1, (size_t)n, out);

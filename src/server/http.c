@@ -6,16 +6,20 @@
  * is resumed by the engine thread's notify callback, or by the ticker every
  * keepalive_s so that a closed socket is noticed and a streaming client gets
  * an SSE comment. A connection that ends before its request finished aborts
- * the request (its KV blocks are freed at the engine's next step).
+ * the request (its KV blocks are freed at the engine's next step). The ticker
+ * also enforces the deadlines on receiving a request (http_conn.c).
  */
 #define _GNU_SOURCE
 #include "http.h"
 
 #include <stdio.h>
-#include "servelab/metrics.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "servelab/http_checks.h"
+#include "servelab/metrics.h"
+#include "servelab/openai.h"
 
 static void conn_notify(void *user);
 
@@ -54,18 +58,37 @@ void http_watch_stream(http_req_t *r, engine_stream_t *st) {
     engine_stream_set_notify(st, conn_notify, r);
 }
 
+/* Waits on s->cv (s->mu held) for at most `seconds`. */
+static void ticker_wait(server_t *s, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double when = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (seconds > 0 ? seconds : 0);
+    ts.tv_sec = (time_t)when;
+    ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* Every keepalive_s: wakes each parked request (SSE comment, disconnect check).
+ * Every http_conns_period_s: enforces the request head and body deadlines. */
 static void *ticker_main(void *arg) {
     server_t *s = arg;
+    double period_s = http_conns_period_s(&s->cfg);
+    double next_tick = sl_now_s() + s->cfg.keepalive_s, next_enforce = sl_now_s() + period_s;
     pthread_mutex_lock(&s->mu);
     while (!s->ticker_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double when = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s->cfg.keepalive_s;
-        ts.tv_sec = (time_t)when;
-        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        ticker_wait(s, (next_tick < next_enforce ? next_tick : next_enforce) - sl_now_s());
         if (s->ticker_stop) break;
-        for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+        double now = sl_now_s();
+        if (now >= next_enforce) {
+            pthread_mutex_unlock(&s->mu);
+            http_conns_enforce(s);
+            pthread_mutex_lock(&s->mu);
+            next_enforce = now + period_s;
+        }
+        if (now >= next_tick) {
+            for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
+            next_tick = now + s->cfg.keepalive_s;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -81,21 +104,9 @@ static http_req_t *req_new(server_t *s, struct MHD_Connection *conn, const char 
     r->t_start = sl_now_s();
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->url, sizeof r->url, "%s", url);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
-        char host[64] = "?";
-        int port = 0;
-        if (ci->client_addr->sa_family == AF_INET) {
-            const struct sockaddr_in *a = (const struct sockaddr_in *)ci->client_addr;
-            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-            port = ntohs(a->sin_port);
-        } else if (ci->client_addr->sa_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ci->client_addr;
-            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-            port = ntohs(a->sin6_port);
-        }
-        snprintf(r->peer, sizeof r->peer, "%s:%d", host, port);
-    }
+    http_peer(conn, r->peer, sizeof r->peer);
+    r->hc = http_conn_of(conn);
+    http_conn_enter(s, r->hc, HTTP_PHASE_BODY); /* the head is in: the body's deadline starts */
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_lock(&s->mu);
     r->next = s->live;
@@ -193,6 +204,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req_t *r = *con_cls;
     if (!r) return;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->client_gone = true;
+    http_conn_enter(r->srv, r->hc, HTTP_PHASE_HEAD); /* a kept-alive connection's next request */
     req_free(r);
     *con_cls = NULL;
 }
@@ -229,7 +241,7 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
     if (!resp) return MHD_NO; /* out of memory: MHD closes the connection */
     if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
     if (extra_header) MHD_add_response_header(resp, extra_header, extra_value);
-    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    if (r->request_id) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->resp_len = (int64_t)len;
@@ -280,7 +292,7 @@ enum MHD_Result http_start_sse(http_req_t *r) {
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    if (r->request_id[0]) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    if (r->request_id) MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     http_access_log(r, 200);
@@ -297,6 +309,45 @@ static enum MHD_Result too_large(http_req_t *r) {
     return routes_error(r, 413, "BadRequestError", msg, NULL);
 }
 
+/* Collects a request's header fields, in order, for http_framing_error. */
+typedef struct {
+    http_field_t *fields;
+    size_t n, cap;
+} field_list_t;
+
+static enum MHD_Result collect_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    field_list_t *l = cls;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->fields = sl_realloc(l->fields, l->cap * sizeof *l->fields);
+    }
+    l->fields[l->n++] = (http_field_t){key, value};
+    return MHD_YES;
+}
+
+/* The framing checks libmicrohttpd does not make (docs/architecture.md, "HTTP
+ * hardening"): NULL when the request may go on, else why it may not. */
+static const char *framing_error(struct MHD_Connection *conn) {
+    field_list_t l = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_field, &l);
+    const char *why = http_framing_error(l.fields, l.n);
+    free(l.fields);
+    return why;
+}
+
+/* A 400 for ambiguous framing: where the body ends is in doubt, so the
+ * connection is closed after the answer rather than read any further. */
+static enum MHD_Result bad_framing(http_req_t *r, const char *why) {
+    oai_error_t e;
+    oai_error_set(&e, 400, "BadRequestError", NULL, "%s", why);
+    size_t len;
+    char *body = oai_error_body(&e, &len);
+    enum MHD_Result ret = http_respond(r, 400, "application/json", body, len, "Connection", "close");
+    free(body);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -306,17 +357,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) {
         r = req_new(s, conn, method, url);
         *con_cls = r;
+        const char *why = framing_error(conn);
+        if (why) {
+            r->refused = true;
+            http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
+            return bad_framing(r, why);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) r->req_len = strtoll(cl, NULL, 10);
         if (cl && strtoll(cl, NULL, 10) > s->cfg.max_request_bytes) {
             /* Answer before the body arrives; MHD closes the connection after it. */
-            r->too_large = true;
+            r->refused = true;
+            http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
             return too_large(r);
         }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!r->too_large && r->len + *upload_data_size <= (size_t)s->cfg.max_request_bytes) {
+        if (!r->refused && r->len + *upload_data_size <= (size_t)s->cfg.max_request_bytes) {
             if (r->len + *upload_data_size + 1 > r->cap) {
                 r->cap = 2 * (r->len + *upload_data_size) + 1;
                 r->body = sl_realloc(r->body, r->cap);
@@ -324,12 +382,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             memcpy(r->body + r->len, upload_data, *upload_data_size);
             r->len += *upload_data_size;
         } else {
-            r->too_large = true;
+            r->refused = true;
         }
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (r->too_large) return too_large(r);
+    if (!r->dispatched) { /* the body is in: from here on, no deadline (slow readers included) */
+        r->dispatched = true;
+        http_conn_enter(s, r->hc, HTTP_PHASE_RESPONSE);
+    }
+    if (r->refused) return too_large(r);
     if (r->body) r->body[r->len] = '\0';
     return routes_dispatch(r);
 }
@@ -345,6 +407,8 @@ void server_config_default(server_config_t *c) {
     c->connection_limit = 8192;
     c->listen_backlog = 4096;
     c->connection_timeout_s = 5;  /* vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE default */
+    c->header_timeout_s = 60;     /* nginx's client_header_timeout default */
+    c->body_timeout_s = 60;
     c->n_threads = 2;
 }
 
@@ -358,6 +422,7 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
     s->special_tokens = special_tokens;
     s->created = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (routes_init(s, err)) {
         free(s);
@@ -396,9 +461,14 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
     if (bind_addr && bind_addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, cfg->connection_limit,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, cfg->listen_backlog,
                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout_s,
+                            /* 1: an HTTP/1.1 request without Host, or with a space in its
+                             * target, is a 400 (libmicrohttpd 0.9.75; http_framing_error
+                             * checks the rest). */
+                            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_THREAD_POOL_SIZE, cfg->n_threads,
                             bind_addr ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, bind_addr,
                             MHD_OPTION_END);
@@ -450,8 +520,9 @@ void server_stop(server_t *s, double grace_s) {
     pthread_mutex_lock(&s->mu);
     for (http_req_t *r = s->live; r; r = r->next) wake(r, true);
     pthread_mutex_unlock(&s->mu);
-    MHD_stop_daemon(s->d);
+    MHD_stop_daemon(s->d); /* closes every connection: their http_conn_t are freed */
     routes_free(s);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -15,18 +15,28 @@
 struct routes_state;
 struct route_job;
 
+/* What a connection is receiving or sending (http_conn.c). */
+typedef enum {
+    HTTP_PHASE_HEAD,     /* a request line and headers: header_timeout_s */
+    HTTP_PHASE_BODY,     /* a request body: body_timeout_s */
+    HTTP_PHASE_RESPONSE, /* answering: no deadline */
+} http_phase_t;
+typedef struct http_conn http_conn_t;
+
 typedef struct http_req {
     struct server *srv;
     struct MHD_Connection *conn;
     struct http_req *prev, *next;   /* server's live list (guarded by srv->mu) */
+    http_conn_t *hc;                /* its connection's phase (NULL if unknown) */
     char method[16];
     char url[256];
     char peer[80];
-    char request_id[96];
+    const char *request_id;         /* X-Request-Id to echo (libmicrohttpd's copy), or NULL */
     double t_start;
     char *body;                     /* the request body, NUL-terminated */
     size_t len, cap;
-    bool too_large;
+    bool dispatched;                /* its whole request is in (the access handler's last call) */
+    bool refused;                   /* answered from its head or too large: the body is dropped */
     bool logged;
     unsigned status;                /* of the response queued (0: none yet) */
     int64_t req_len;                /* the request's Content-Length header (0 without) */
@@ -57,6 +67,8 @@ struct server {
     bool stopping;
     http_req_t *live;
     int64_t n_inflight;
+    pthread_mutex_t conn_mu;        /* guards conns and their phases */
+    http_conn_t *conns;             /* every open connection (http_conn.c) */
     struct routes_state *routes;
     /* prometheus-fastapi-instrumentator's series, as vLLM exposes them. */
     struct metric_family *http_total, *http_req_size, *http_resp_size, *http_lowr;
@@ -71,6 +83,20 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
 enum MHD_Result http_start_sse(http_req_t *r);
 void http_out_append(http_req_t *r, const char *data, size_t len);
 void http_access_log(http_req_t *r, unsigned status);
+
+/* http_conn.c */
+/* MHD_OPTION_NOTIFY_CONNECTION: tracks each connection from accept to close. */
+void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe);
+http_conn_t *http_conn_of(struct MHD_Connection *conn);
+/* Starts `phase` now (c may be NULL: nothing happens). */
+void http_conn_enter(struct server *s, http_conn_t *c, http_phase_t phase);
+/* Shuts down the sockets of connections past their phase's limit. */
+void http_conns_enforce(struct server *s);
+/* How often http_conns_enforce should run for these limits. */
+double http_conns_period_s(const server_config_t *cfg);
+/* The client's "host:port" ("?" if unknown). */
+void http_peer(struct MHD_Connection *conn, char *out, size_t cap);
 
 /* routes.c */
 int routes_init(struct server *s, sl_err_t *err);

@@ -3,7 +3,8 @@
  * Routes (vLLM's): GET /health, /metrics, /version, /v1/models; POST /v1/chat/completions,
  * /v1/completions, /tokenize, /detokenize. API keys guard /v1/... only, and a
  * failed check answers 401 {"error":"Unauthorized"} as vLLM does. An unknown
- * path is FastAPI's 404 {"detail":"Not Found"}. A completions request with a
+ * path is FastAPI's 404 {"detail":"Not Found"}, a known one with another method
+ * its 405 with an Allow header. A completions request with a
  * list of prompts submits one engine stream per prompt; their events are
  * merged into one response (choice index = prompt * n + i, as vLLM).
  */
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "servelab/http_checks.h"
 #include "servelab/metrics.h"
 #include "servelab/openai.h"
 
@@ -25,6 +27,7 @@ struct routes_state {
     pthread_mutex_t rng_mu;
     uint64_t rng;
     char perm_hex[33];
+    uint8_t (*key_digests)[HTTP_KEY_DIGEST_BYTES]; /* SHA-256 of each --api-key */
 };
 
 typedef struct route_job {
@@ -36,7 +39,8 @@ typedef struct route_job {
     oai_acc_t *acc;                 /* non-streaming */
     oai_stream_t *ost;              /* streaming */
     oai_chunks_t chunks;
-    char *id;
+    char *id;                       /* the response id (UTF-8; the JSON writers escape it) */
+    char *log_id;                   /* the same, escaped for log lines (http_log_escape) */
     int64_t created;                /* unix seconds when the request was handled, as vLLM */
     bool finished;
 } route_job_t;
@@ -72,6 +76,9 @@ int routes_init(struct server *s, sl_err_t *err) {
         LOG_WARNING("Default sampling parameters have been overridden by the model's Hugging Face generation "
                     "config recommended from the model creator. If this is not intended, please relaunch "
                     "with `--generation-config vllm`.");
+    rs->key_digests = sl_calloc((size_t)(s->cfg.n_api_keys > 0 ? s->cfg.n_api_keys : 1), sizeof *rs->key_digests);
+    for (int i = 0; i < s->cfg.n_api_keys; i++)
+        http_key_digest(s->cfg.api_keys[i], strlen(s->cfg.api_keys[i]), rs->key_digests[i]);
     pthread_mutex_init(&rs->rng_mu, NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -85,6 +92,7 @@ int routes_init(struct server *s, sl_err_t *err) {
 void routes_free(struct server *s) {
     if (!s->routes) return;
     pthread_mutex_destroy(&s->routes->rng_mu);
+    free(s->routes->key_digests);
     free(s->routes);
     s->routes = NULL;
 }
@@ -115,14 +123,13 @@ static enum MHD_Result respond_json(http_req_t *r, unsigned status, char *body, 
     return ret;
 }
 
+/* vLLM's API-key check: the scheme in any case, the key's SHA-256 compared in
+ * constant time (http_bearer_ok). */
 static bool authorized(http_req_t *r) {
     const server_config_t *c = &r->srv->cfg;
     if (c->n_api_keys == 0) return true;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    for (int i = 0; i < c->n_api_keys; i++)
-        if (!strcmp(h + 7, c->api_keys[i])) return true;
-    return false;
+    return http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])r->srv->routes->key_digests, c->n_api_keys);
 }
 
 /* ---- engine jobs ------------------------------------------------------------------ */
@@ -151,7 +158,7 @@ static void log_received(http_req_t *r, route_job_t *j) {
         LOG_INFO("Received request %s%s: prompt: '%.*s', params: SamplingParams(n=%d, temperature=%s, "
                  "top_p=%s, top_k=%d, min_p=%s, seed=%s, max_tokens=%d, min_tokens=%d, logprobs=%s), "
                  "prompt_token_ids: %s, lora_request: None.",
-                 j->id, suffix, plen, p->text ? p->text : "", sp->n, temp, top_p, sp->top_k, min_p, seed,
+                 j->log_id, suffix, plen, p->text ? p->text : "", sp->n, temp, top_p, sp->top_k, min_p, seed,
                  p->max_tokens, sp->min_tokens, logprobs, ids);
     }
 }
@@ -159,7 +166,7 @@ static void log_received(http_req_t *r, route_job_t *j) {
 static void job_free(struct server *s, route_job_t *j, bool aborted) {
     for (int32_t i = 0; i < j->n_streams; i++)
         if (j->streams[i]) engine_stream_release(s->engine, j->streams[i]);
-    if (aborted && s->cfg.log_requests) LOG_INFO("Aborted request %s.", j->id);
+    if (aborted && s->cfg.log_requests) LOG_INFO("Aborted request %s.", j->log_id);
     free(j->streams);
     free(j->stream_done);
     if (j->acc) oai_acc_free(j->acc);
@@ -167,6 +174,7 @@ static void job_free(struct server *s, route_job_t *j, bool aborted) {
     oai_chunks_free(&j->chunks);
     oai_request_free(&j->req);
     free(j->id);
+    free(j->log_id);
     free(j);
 }
 
@@ -261,6 +269,21 @@ void routes_stream_fill(http_req_t *r) {
     r->sse_finished = true;
 }
 
+/* The job's ids. An X-Request-Id header is read as vLLM reads it (latin-1, so
+ * any bytes give valid UTF-8: http_latin1_to_utf8) and wins over the body's
+ * request_id; the log lines get an escaped copy. The header is echoed back as
+ * it came only when it is a short valid field value (http_request_id_echo_ok). */
+static void response_ids(http_req_t *r, route_job_t *j, oai_kind_t kind) {
+    struct routes_state *rs = r->srv->routes;
+    const char *xid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+    char *xid_utf8 = xid && *xid ? http_latin1_to_utf8(xid, strlen(xid)) : NULL;
+    j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid_utf8, j->req.request_id, next_rand(rs),
+                            next_rand(rs));
+    j->log_id = http_log_escape(j->id, strlen(j->id));
+    free(xid_utf8);
+    if (xid && *xid && http_request_id_echo_ok(xid)) r->request_id = xid; /* MHD's copy lives as long as r */
+}
+
 static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     double t_arrival = sl_now_s(); /* vLLM's arrival: before parsing and tokenization */
     struct server *s = r->srv;
@@ -294,10 +317,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
             return respond_oai_error(r, &e, "Retry-After", "1");
         }
     }
-    const char *xid = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
-    j->id = oai_response_id(kind == OAI_CHAT ? "chatcmpl" : "cmpl", xid, j->req.request_id, next_rand(rs),
-                            next_rand(rs));
-    if (xid && *xid) snprintf(r->request_id, sizeof r->request_id, "%s", xid);
+    response_ids(r, j, kind);
     j->created = (int64_t)time(NULL);
     if (s->cfg.log_requests) log_received(r, j);
 
@@ -309,19 +329,19 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     for (int32_t i = 0; i < j->n_streams; i++) {
         sampling_params_t p = oai_request_params(&j->req, i);
         sl_err_t err;
-        char engine_id[160];
-        if (j->n_streams > 1) snprintf(engine_id, sizeof engine_id, "%s-%d", j->id, i);
-        else snprintf(engine_id, sizeof engine_id, "%s", j->id);
-        engine_request_info_t info = {.request_id = engine_id, .t_arrival = t_arrival};
+        char *engine_id = NULL; /* named in the engine's log lines: the log-safe id */
+        if (j->n_streams > 1 && asprintf(&engine_id, "%s-%d", j->log_id, i) < 0) sl_die("out of memory");
+        engine_request_info_t info = {.request_id = engine_id ? engine_id : j->log_id, .t_arrival = t_arrival};
         j->streams[i] = engine_submit_ex(s->engine, j->req.prompts[i].ids, j->req.prompts[i].n_ids, &p, &info,
                                          &err);
+        free(engine_id);
         if (!j->streams[i]) {
             routes_release(r);
             return routes_error(r, 400, "BadRequestError", err.msg, NULL);
         }
         http_watch_stream(r, j->streams[i]);
     }
-    if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->id);
+    if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->log_id);
     if (j->is_stream) {
         j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, j->created);
         return http_start_sse(r);
@@ -337,9 +357,11 @@ static enum MHD_Result not_found(http_req_t *r) {
     return http_respond(r, 404, "application/json", body, sizeof body - 1, NULL, NULL);
 }
 
-static enum MHD_Result method_not_allowed(http_req_t *r) {
+/* FastAPI's 405: Starlette's Route names the route's methods in Allow (", "
+ * between them; each route here has one). */
+static enum MHD_Result method_not_allowed(http_req_t *r, const char *allow) {
     static const char body[] = "{\"detail\":\"Method Not Allowed\"}";
-    return http_respond(r, 405, "application/json", body, sizeof body - 1, NULL, NULL);
+    return http_respond(r, 405, "application/json", body, sizeof body - 1, "Allow", allow);
 }
 
 enum MHD_Result routes_dispatch(http_req_t *r) {
@@ -352,12 +374,12 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
     }
     if (!strcmp(url, "/health")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         bool alive = engine_is_alive(s->engine);
         return http_respond(r, alive ? 200 : 503, NULL, "", 0, NULL, NULL);
     }
     if (!strcmp(url, "/metrics") || !strcmp(url, "/metrics/")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         if (!s->cfg.metrics) return not_found(r);
         const char *accept = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept");
         bool om = metrics_accept_openmetrics(accept);
@@ -369,13 +391,13 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         return ret;
     }
     if (!strcmp(url, "/version")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         size_t len;
         char *body = oai_version_body(SERVELAB_VERSION, &len);
         return respond_json(r, 200, body, len);
     }
     if (!strcmp(url, "/v1/models")) {
-        if (!get) return method_not_allowed(r);
+        if (!get) return method_not_allowed(r, "GET");
         size_t len;
         char *body = oai_models_body(&s->routes->ctx, s->created, s->routes->perm_hex, &len);
         return respond_json(r, 200, body, len);
@@ -386,7 +408,7 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     };
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {
         if (strcmp(url, posts[i].path) != 0) continue;
-        if (!post) return method_not_allowed(r);
+        if (!post) return method_not_allowed(r, "POST");
         return start_job(r, posts[i].kind);
     }
     return not_found(r);

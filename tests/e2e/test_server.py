@@ -5,8 +5,12 @@ Starts `servelab serve` on the bundled tiny checkpoint (a small KV pool on
 purpose, and an API key), then checks: models list; chat and completions,
 streaming and not; n > 1; logprobs; stop strings; seed reproducibility; usage
 accounting; errors as the SDK's exception types with vLLM's messages; exact
-SSE framing and [DONE]; 401/404/405/413/400 bodies; /health, /version,
-/tokenize, /detokenize; clients that hang up mid-stream (after which the
+SSE framing and [DONE]; 401/404/405 (with Allow)/413/400 bodies; the API key
+(scheme in any case, as vLLM); /health, /version,
+/tokenize, /detokenize; hostile X-Request-Id headers (ids read as latin-1,
+valid JSON, escaped log lines); ambiguous framing (RFC 9112 400s, the
+connection closed); slow clients (request heads and bodies cut at their
+deadlines, a slow reader of a stream not); clients that hang up mid-stream (after which the
 server's /metrics shows nothing running or waiting and no KV block held, and
 a request needing most of the KV pool completes); and
 a graceful SIGTERM (exit status 0). Prints one line per check and
@@ -42,7 +46,8 @@ class Server:
     def __init__(self, servelab, model, *extra):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+")
+        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"servelab-e2e-{self.port}.log"), "w+",
+                        errors="replace")
         self.proc = subprocess.Popen(
             [servelab, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
              "--served-model-name", NAME, "--api-key", KEY, "--max-model-len", "512",
@@ -80,6 +85,220 @@ def raw(base, method, path, body=None, headers=None):
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
+
+
+def raw_exchange(port, head, body=b"", timeout=60):
+    """Sends `head` (request line and header lines, without the blank line) and `body` on a fresh
+    connection that the server closes after answering; returns (status, {lower name: [values]},
+    body bytes, chunked decoded), or (None, {}, whatever came) when no response head came back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head + b"\r\nConnection: close\r\n\r\n" + body)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    top, sep, rest = data.partition(b"\r\n\r\n")
+    if not sep or not top.startswith(b"HTTP/1."):
+        return None, {}, data
+    lines = top.split(b"\r\n")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        headers.setdefault(k.strip().lower().decode("latin-1"), []).append(v.strip())
+    if headers.get("transfer-encoding") == [b"chunked"]:
+        out = b""
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            if n == 0:
+                break
+            out += rest[:n]
+            rest = rest[n + 2:]
+        rest = out
+    return int(lines[0].split()[1]), headers, rest
+
+
+def check_request_ids(srv, check):
+    """Hostile X-Request-Id headers: the id is the header read as latin-1 (vLLM's Starlette), in
+    valid JSON in bodies and in every SSE chunk; short valid ones are echoed as sent; no control
+    character reaches the log."""
+    ids = [b"a\xff\xfe\"}\\u0000\\\x01\x1b[31m\x7f", "caf\u00e9".encode(), b"z" * 10240, b"y" * 25000]
+    for raw_id in ids:
+        label = repr(raw_id[:24]) + (f"... ({len(raw_id)} bytes)" if len(raw_id) > 24 else "")
+        want = "cmpl-" + raw_id.decode("latin-1")
+        for stream in (False, True):
+            body = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 3, "stream": stream}).encode()
+            head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                    b"\r\nContent-Type: application/json\r\nX-Request-Id: " + raw_id +
+                    b"\r\nContent-Length: " + str(len(body)).encode())
+            st, hd, data = raw_exchange(srv.port, head, body)
+            try:
+                if stream:
+                    events = data.decode("utf-8").split("\n\n")
+                    docs = [json.loads(e[6:]) for e in events if e.startswith("data: {")]
+                    ok_json = len(docs) >= 2 and events[-2] == "data: [DONE]"
+                else:
+                    docs = [json.loads(data.decode("utf-8"))]
+                    ok_json = True
+            except ValueError as e:
+                docs, ok_json = [], repr(e)
+            echoed = hd.get("x-request-id", [None])[0]
+            want_echo = raw_id if len(raw_id) <= 4096 and not any(c < 0x20 or c == 0x7f for c in raw_id) else None
+            check(f"X-Request-Id {label} ({'stream' if stream else 'body'}): valid JSON, id read as latin-1, "
+                  "echoed only when short and printable",
+                  st == 200 and ok_json is True and all(d.get("id") == want for d in docs) and echoed == want_echo,
+                  (st, ok_json, [d.get("id", "")[:40] for d in docs][:3], (echoed or b"")[:40], data[:200]))
+    srv.logs()  # flushes
+    with open(srv.log.name, "rb") as f:
+        lines = [l for l in f.read().split(b"\n") if b"request cmpl-a\xc3\xbf" in l or b"request cmpl-a\xff" in l]
+    want_line = b"Received request cmpl-a\xc3\xbf\xc3\xbe\"}\\\\u0000\\\\\\x01\\x1b[31m\\x7f: prompt"
+
+    def utf8(b):
+        try:
+            return b.decode("utf-8") is not None
+        except UnicodeDecodeError:
+            return False
+    check("X-Request-Id in the log: escaped, no control character, valid UTF-8",
+          lines and any(want_line in l for l in lines) and
+          all(utf8(l) and not any(c < 0x20 or c == 0x7f for c in l) for l in lines),
+          [l[:120] for l in lines][:3])
+
+
+def exchange_until_close(port, raw, timeout=10):
+    """Sends `raw` and reads until the server closes; returns (bytes, closed): closed is False when
+    the connection was still open after `timeout` seconds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return data, True
+                data += chunk
+        except socket.timeout:
+            return data, False
+        except ConnectionResetError:
+            return data, True
+
+
+def check_framing(srv, check):
+    """Request heads whose framing is ambiguous (RFC 9112: 400) are refused and the connection is
+    closed, so nothing after them is read as a request; plain heads still work."""
+    body = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 2}).encode()
+    cl = b"Content-Length: " + str(len(body)).encode()
+    auth_line = b"Authorization: Bearer " + KEY.encode()
+    # Each is followed by a second, valid request: a server that misreads the framing answers it.
+    smuggled = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth_line + b"\r\n\r\n")
+    chunked_body = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
+    cases = [
+        ("two different Content-Length", [b"Host: x", cl, b"Content-Length: 5"], body),
+        ("HTTP/1.1 without Host", [cl], body),
+        ("two Host headers", [b"Host: x", b"Host: y", cl], body),
+        # Its body is a request: a server that ignores "Content-Length :" answers it.
+        ("whitespace before the colon", [b"Host: x", b"Content-Length : " + str(len(smuggled)).encode()], smuggled),
+        ("Transfer-Encoding gzip", [b"Host: x", b"Transfer-Encoding: gzip", cl], body),
+        ("Transfer-Encoding chunked with Content-Length", [b"Host: x", b"Transfer-Encoding: chunked", cl],
+         chunked_body),
+    ]
+    for name, lines, payload in cases:
+        raw = (b"POST /v1/completions HTTP/1.1\r\n" + b"\r\n".join(lines + [auth_line]) + b"\r\n\r\n" +
+               payload + smuggled)
+        data, closed = exchange_until_close(srv.port, raw)
+        check(f"framing: {name} -> 400, connection closed, nothing after it answered",
+              data.startswith(b"HTTP/1.1 400 ") and closed and b"HTTP/1.1 200" not in data and
+              b'"object":"list"' not in data, (closed, data[:300]))
+    # The same requests, unambiguous, are served.
+    for name, lines, payload in [("one Content-Length", [b"Host: x", cl], body),
+                                 ("the same Content-Length twice", [b"Host: x", cl, cl], body),
+                                 ("chunked body", [b"Host: x", b"Transfer-Encoding: chunked"], chunked_body)]:
+        raw = (b"POST /v1/completions HTTP/1.1\r\n" + b"\r\n".join(lines + [auth_line, b"Connection: close"]) +
+               b"\r\n\r\n" + payload)
+        data, closed = exchange_until_close(srv.port, raw)
+        check(f"framing: {name} -> 200", data.startswith(b"HTTP/1.1 200 ") and b'"text_completion"' in data,
+              data[:300])
+
+
+def trickle(port, prefix, drip, gap_s, give_up_s):
+    """Sends `prefix`, then `drip` one byte every gap_s seconds (far below the 5 s idle timeout),
+    until the server closes the connection or give_up_s pass. Returns (seconds until the server
+    closed it or None, bytes of drip sent, what the server sent)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    t0, sent, got = time.time(), 0, b""
+    try:
+        s.sendall(prefix)
+        s.setblocking(False)
+        for b in drip:
+            if time.time() - t0 > give_up_s:
+                return None, sent, got
+            time.sleep(gap_s)
+            try:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return time.time() - t0, sent, got
+                got += chunk
+            except BlockingIOError:
+                pass
+            s.send(bytes([b]))
+            sent += 1
+        return None, sent, got
+    except OSError:
+        return time.time() - t0, sent, got
+    finally:
+        s.close()
+
+
+def check_slow_clients(servelab, model, check):
+    """Request heads and bodies trickled slowly are cut at --request-header-timeout /
+    --request-body-timeout (1 s here), while a client that reads a long stream slowly for several
+    times those limits gets all of it."""
+    srv = Server(servelab, model, "--request-header-timeout", "1", "--request-body-timeout", "1")
+    try:
+        head = b"Host: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\nX-Pad: " + b"p" * 60 + b"\r\n\r\n"
+        closed_s, sent, got = trickle(srv.port, b"POST /v1/completions HTTP/1.1\r\n", head, 0.25, 8)
+        check("slow client: headers at 1 byte / 0.25 s are cut at --request-header-timeout 1",
+              closed_s is not None and closed_s < 3 and sent < len(head) and b"HTTP/1.1 200" not in got,
+              (closed_s, sent, got[:200]))
+        body = json.dumps({"model": NAME, "prompt": "Hi " * 20, "max_tokens": 2}).encode()
+        prefix = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        closed_s, sent, got = trickle(srv.port, prefix, body, 0.25, 8)
+        check("slow client: a body at 1 byte / 0.25 s is cut at --request-body-timeout 1",
+              closed_s is not None and closed_s < 3 and sent < len(body) and b"HTTP/1.1 200" not in got,
+              (closed_s, sent, got[:200]))
+        logs = srv.logs()
+        check("slow client: each cut is logged", "request headers did not arrive within 1 s" in logs and
+              "request body did not arrive within 1 s" in logs, logs[-600:])
+
+        # A slow reader: a small receive buffer, 256 bytes every 20 ms, for several seconds.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", srv.port))
+        b = json.dumps({"model": NAME, "prompt": "Hi", "max_tokens": 300, "ignore_eos": True,
+                        "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nConnection: close\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+        t0, data = time.time(), b""
+        try:
+            while True:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+                time.sleep(0.02)
+        except OSError as e:
+            data += repr(e).encode()
+        s.close()
+        took = time.time() - t0
+        check("slow client: a stream read slowly for over 3x the limits arrives whole",
+              took > 3 and data.count(b"data: {") == 300 and b"data: [DONE]" in data,
+              (round(took, 2), data.count(b"data: {"), data[-200:]))
+        check("slow client: the server stays healthy", raw(srv.base, "GET", "/health")[0] == 200)
+    finally:
+        srv.stop()
 
 
 def main():
@@ -206,12 +425,23 @@ def main():
               "choices", "usage"] and first["object"] == "text_completion", first)
         st, _, data = raw(srv.base, "POST", "/v1/completions", body, {"Content-Type": "application/json"})
         check("no key -> 401 {\"error\":\"Unauthorized\"}", st == 401 and json.loads(data) == {"error": "Unauthorized"}, data)
+        for scheme in ("bearer", "BEARER", "bEaReR"):
+            st, _, data = raw(srv.base, "GET", "/v1/models", None, {"Authorization": f"{scheme} {KEY}"})
+            check(f"auth: scheme '{scheme}' accepted, as vLLM", st == 200, (st, data))
+        for value in (f"Bearer {KEY}x", f"Bearer {KEY[:-1]}", f"Bearer  {KEY}", f"Basic {KEY}", "Bearer"):
+            st, _, data = raw(srv.base, "GET", "/v1/models", None, {"Authorization": value})
+            check(f"auth: '{value}' -> 401", st == 401 and json.loads(data) == {"error": "Unauthorized"}, (st, data))
         st, _, data = raw(srv.base, "GET", "/health")
         check("/health needs no key", st == 200 and data == b"", (st, data))
         st, _, data = raw(srv.base, "GET", "/nope")
         check("unknown path -> 404", st == 404, (st, data))
-        st, _, data = raw(srv.base, "GET", "/v1/completions", None, auth)
-        check("wrong method -> 405", st == 405, (st, data))
+        for method, path, allow in (("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
+                                    ("POST", "/v1/models", "GET"), ("DELETE", "/health", "GET"),
+                                    ("POST", "/version", "GET"), ("GET", "/tokenize", "POST")):
+            st, hd, data = raw(srv.base, method, path, None, auth)
+            check(f"wrong method {method} {path} -> 405, Allow: {allow} (Starlette's)",
+                  st == 405 and hd.get("Allow") == allow and json.loads(data) == {"detail": "Method Not Allowed"},
+                  (st, hd.get("Allow"), data))
         st, _, data = raw(srv.base, "POST", "/v1/completions", b"{not json", auth)
         err = json.loads(data) if data.startswith(b"{") else {}
         check("malformed JSON -> 400 error envelope", st == 400 and err.get("error", {}).get("code") == 400 and
@@ -267,6 +497,8 @@ def main():
         st, hd, _ = raw(srv.base, "POST", "/v1/completions", json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode(),
                         dict(auth, **{"X-Request-Id": "my-req-7"}))
         check("X-Request-Id is echoed", hd.get("X-Request-Id") == "my-req-7", hd)
+        check_request_ids(srv, check)
+        check_framing(srv, check)
 
         # Clients that hang up mid-stream, at random points.
         def hang_up(seed):
@@ -369,6 +601,8 @@ def main():
               raw(adm.base, "POST", "/v1/completions", body, auth)[0] == 200)
     finally:
         adm.stop()
+
+    check_slow_clients(args.servelab, args.model, check)
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
