@@ -63,8 +63,9 @@ static int stub_encode(void *user, const char *text, size_t len, bool add_specia
     return n;
 }
 
-static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special) {
+static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
     (void)user, (void)ids, (void)n, (void)skip_special;
+    *len_out = 0;
     return sl_strdup("");
 }
 
