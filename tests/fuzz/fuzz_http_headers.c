@@ -33,8 +33,8 @@ int tok_encode(const tokenizer_t *t, const char *text, size_t len, bool add_spec
     (void)t, (void)text, (void)len, (void)add_special, (void)ids_out, (void)err;
     abort();
 }
-char *tok_decode(const tokenizer_t *t, const int32_t *ids, size_t n, bool skip_special) {
-    (void)t, (void)ids, (void)n, (void)skip_special;
+char *tok_decode(const tokenizer_t *t, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
+    (void)t, (void)ids, (void)n, (void)skip_special, (void)len_out;
     abort();
 }
 int tok_piece_bytes(const tokenizer_t *t, int32_t id, char *buf, size_t cap) {
