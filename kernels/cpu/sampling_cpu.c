@@ -129,6 +129,10 @@ static int64_t partition(int32_t *idx, int64_t lo, int64_t hi, const float *w) {
     return store;
 }
 
+/* The key the top_k selection ranks by: a NaN counts as -inf, so it never
+ * takes one of the k places from a number (the device sampler's rule too). */
+static inline float sel_key(float x) { return x != x ? -INFINITY : x; }
+
 /* The k-th largest value of w[0, V) (1 <= k <= V), with a min-heap of the k
  * best ids in heap[0, k). Most values lose one comparison against the heap's
  * minimum, kept in a register, so it is one streaming pass: expected
@@ -137,24 +141,26 @@ static float kth_largest(const float *w, int64_t V, int64_t k, int32_t *heap) {
     int64_t n = 0;
     for (int64_t i = 0; i < V && n < k; i++) { /* the first k, sifted up */
         int64_t c = n++;
-        while (c > 0 && w[heap[(c - 1) / 2]] > w[i]) heap[c] = heap[(c - 1) / 2], c = (c - 1) / 2;
+        float v = sel_key(w[i]);
+        while (c > 0 && sel_key(w[heap[(c - 1) / 2]]) > v) heap[c] = heap[(c - 1) / 2], c = (c - 1) / 2;
         heap[c] = (int32_t)i;
     }
-    float top = w[heap[0]];
+    float top = sel_key(w[heap[0]]);
     for (int64_t i = k; i < V; i++) {
-        if (!(w[i] > top)) continue;
+        float v = sel_key(w[i]);
+        if (!(v > top)) continue;
         int64_t c = 0; /* replace the minimum, sift down */
         for (;;) {
             int64_t l = 2 * c + 1, r = l + 1, m = c;
-            float v = w[i];
-            if (l < k && w[heap[l]] < v) m = l, v = w[heap[l]];
-            if (r < k && w[heap[r]] < v) m = r;
+            float least = v;
+            if (l < k && sel_key(w[heap[l]]) < least) m = l, least = sel_key(w[heap[l]]);
+            if (r < k && sel_key(w[heap[r]]) < least) m = r;
             if (m == c) break;
             heap[c] = heap[m];
             c = m;
         }
         heap[c] = (int32_t)i;
-        top = w[heap[0]];
+        top = sel_key(w[heap[0]]);
     }
     return top;
 }

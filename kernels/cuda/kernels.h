@@ -74,9 +74,9 @@ int slk_attention(void *out, const void *q, const void *k_cache, const void *v_c
  * only the double sums in another order, so the draw may pick the
  * neighbouring kept token when u * total falls within rounding of a token's
  * cumulative boundary (and a top_p cut may move the same way). A NaN logit
- * is treated as the CPU treats it (never the argmax unless it is logit 0,
- * never drawn, never a top logprob) except under top_k, where the CPU's
- * selection has no order for NaN. */
+ * is treated as the CPU treats it: never the argmax unless it is logit 0,
+ * never drawn, never a top logprob, and -inf in the top_k selection; a row
+ * that keeps no weight gives its argmax, never -1. */
 typedef sampling_row_t slk_sample_row_t;
 
 /* Bytes of device scratch slk_sample needs for S rows of V logits: row s

@@ -319,8 +319,9 @@ __device__ void top_p_cut(Shared &sm, float *w, int64_t V, float top_p, double t
         if (w[i] < B || (w[i] == B && rank++ >= keep)) w[i] = 0.0f;
 }
 
-/* The inverse CDF of u over the kept weights (w > 0) in id order. */
-__device__ int32_t draw(Shared &sm, const float *w, int64_t V, double u) {
+/* The inverse CDF of u over the kept weights (w > 0) in id order; `best`
+ * (the argmax) when no weight is kept, as the CPU twin's loop starts from it. */
+__device__ int32_t draw(Shared &sm, const float *w, int64_t V, double u, int64_t best) {
     int64_t lo, hi;
     chunk(V, lo, hi);
     double s = 0.0;
@@ -345,7 +346,8 @@ __device__ int32_t draw(Shared &sm, const float *w, int64_t V, double u) {
         sm.token = (int32_t)tok;
     }
     const long long fallback = block_reduce(sm, (long long)last, Max()); /* target reached the total */
-    return sm.token >= 0 ? sm.token : (int32_t)fallback;
+    if (sm.token >= 0) return sm.token;
+    return fallback >= 0 ? (int32_t)fallback : (int32_t)best;
 }
 
 /* Everything after greedy's argmax when the temperature is not 0. */
@@ -364,8 +366,11 @@ __device__ int32_t sample_random(Shared &sm, const slk_sample_row_t &r, float *w
     }
     float kth = -INFINITY;
     if (r.top_k > 0 && r.top_k < V) {
+        /* A NaN ranks as -inf here (the CPU twin's sel_key): with fewer than
+         * top_k numbers left, NaN's key (0) would make the k-th value NaN
+         * and keep nothing. */
         const Cut c = radix_select<false>(sm, V, (double)r.top_k, [&](int64_t i, uint32_t &k, double &m) {
-            k = fkey(w[i]), m = 1.0;
+            k = w[i] != w[i] ? fkey(-INFINITY) : fkey(w[i]), m = 1.0;
             return true;
         });
         kth = key_float(c.key);
@@ -378,13 +383,13 @@ __device__ int32_t sample_random(Shared &sm, const slk_sample_row_t &r, float *w
     }
     if (r.top_p < 1.0f) top_p_cut(sm, w, V, r.top_p, block_reduce(sm, total, Sum()));
     __syncthreads(); /* the draw reads other threads' weights */
-    return draw(sm, w, V, r.u);
+    return draw(sm, w, V, r.u, best.index);
 }
 
 /* The CPU's raw_logprobs: log_softmax of the raw logits x, the token's value
  * and rank, and the n_top best (value descending, lower id first, NaN never). */
 __device__ void raw_logprobs(Shared &sm, const float *x, int64_t V, int32_t token, int n_top, sample_result_t &res) {
-    const float mx = block_argmax(sm, x, V).value, lt = x[token];
+    const float mx = block_argmax(sm, x, V).value, lt = token >= 0 && token < V ? x[token] : NAN;
     double sum = 0.0;
     uint32_t above = 0, numbers = 0;
     for (int64_t i = threadIdx.x; i < V; i += THREADS) {

@@ -32,7 +32,9 @@ static int64_t workspace_V; /* the V its zero history counts are laid out for */
 static int n_neighbours; /* draws allowed to differ by rounding, reported at the end */
 
 /* The first three are the ordinary shapes; the rest are edge cases. */
-typedef enum { LOGITS_SPREAD, LOGITS_PEAKED, LOGITS_STEPS, LOGITS_MASKED, LOGITS_STOPS_ONLY, LOGITS_NAN } logits_kind_t;
+typedef enum {
+    LOGITS_SPREAD, LOGITS_PEAKED, LOGITS_STEPS, LOGITS_MASKED, LOGITS_STOPS_ONLY, LOGITS_NAN, LOGITS_MOSTLY_NAN
+} logits_kind_t;
 
 /* One row's request: parameters and history (prompt, then output). */
 typedef struct {
@@ -53,7 +55,8 @@ static double uniform01(void) { return (double)(test_rng() >> 11) / 900719925474
 
 /* Rows of V: spread, peaked, 12 steps (ties everywhere, also at every
  * boundary), all -inf, -inf but for the EOS and stop ids, spread with a NaN
- * at id 7 (and at id 0 too in row 1). */
+ * at id 7 (and at id 0 too in row 1), and NaN but for every 97th id from 0 (fewer
+ * numbers than a top_k of 40 at the smaller vocabularies). */
 static void fill_logits(float *x, int64_t S, int64_t V, logits_kind_t kind) {
     for (int64_t i = 0; i < S * V; i++) {
         double u = uniform01();
@@ -63,6 +66,7 @@ static void fill_logits(float *x, int64_t S, int64_t V, logits_kind_t kind) {
              : kind == LOGITS_STEPS ? (float)floor(u * 12.0) * 0.5f
              : kind == LOGITS_MASKED || (kind == LOGITS_STOPS_ONLY && !stop) ? -INFINITY
              : kind == LOGITS_NAN && (id == 7 || (id == 0 && i / V == 1)) ? NAN
+             : kind == LOGITS_MOSTLY_NAN && id % 97 != 0 ? NAN
              : (float)(8.0 * u - 4.0);
     }
 }
@@ -287,16 +291,22 @@ static void test_all_masked_rows_give_first_index_as_cpu(void) {
 
 /* A NaN logit is never the argmax (but at id 0, which the CPU's argmax
  * returns: and then, all masked, token 0), nor drawn, nor in the top
- * logprobs (which are NaN, as the lse is). top_k is left off: the CPU's heap
- * has no order for NaN. */
+ * logprobs (which are NaN, as the lse is); in the top_k selection it ranks
+ * as -inf. With fewer numbers than top_k (the mostly-NaN rows), NaN once
+ * made the device's k-th value NaN: no weight kept, token -1, and the
+ * logprobs read logits[-1]. */
 static void setup_nan(int s, int64_t V, req_t *r) {
     (void)V;
     r->p.temperature = s % 2 ? 0.0f : 1.0f;
     r->p.top_p = s % 3 ? 0.7f : 1.0f;
+    r->p.top_k = s % 4 < 2 ? 40 : 0;
     r->p.logprobs = 5;
 }
 static void test_nan_logit_is_never_chosen_as_cpu(void) {
-    for (int v = 2; v < N_VS; v++) check_batch("nan", 3, VS[v], LOGITS_NAN, setup_nan);
+    for (int v = 2; v < N_VS; v++) {
+        check_batch("nan", 4, VS[v], LOGITS_NAN, setup_nan);
+        check_batch("mostly nan", 4, VS[v], LOGITS_MOSTLY_NAN, setup_nan);
+    }
 }
 
 int main(void) {

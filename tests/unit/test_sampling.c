@@ -683,6 +683,22 @@ static void test_all_masked_but_one_draws_it(void) {
     for (int k = 0; k < 100; k++) CHECK_EQ_INT(run(&p, l, 4, NO_HISTORY, &rng).token, 2);
 }
 
+/* top_k ranks a NaN logit as -inf: with fewer numbers than top_k, the draw is
+ * among the numbers, by their softmax. (A NaN k-th value once kept no token,
+ * and the device sampler then answered -1.) */
+static void test_top_k_ranks_nan_as_minus_inf(void) {
+    enum { V = 200 };
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = NAN;
+    l[0] = 1.0f, l[97] = 2.0f, l[194] = 0.5f;
+    sampling_params_t p = params(1.0f);
+    p.top_k = 40;
+    static double q[V];
+    double z = exp(1.0) + exp(2.0) + exp(0.5);
+    q[0] = exp(1.0) / z, q[97] = exp(2.0) / z, q[194] = exp(0.5) / z;
+    check_frequencies(&p, l, V, NO_HISTORY, q, 20000, 77);
+}
+
 /* ---- rows of a batch: a row resolved at an offset ------------------------------------ */
 
 /* The result at offset 0 and at offset 5 of the shared arrays (the second row
@@ -802,6 +818,7 @@ int main(void) {
     RUN(test_same_seed_same_tokens_other_seed_differs);
     RUN(test_draws_do_not_depend_on_other_requests);
     RUN(test_all_masked_but_one_draws_it);
+    RUN(test_top_k_ranks_nan_as_minus_inf);
     RUN(test_a_row_samples_the_same_at_any_offset);
     RUN(test_draws_only_when_random_and_an_all_masked_row_gives_token_0);
     RUN(test_row_resolve_lays_out_masks_bias_and_needed_history);
