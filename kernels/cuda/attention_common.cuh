@@ -1,6 +1,7 @@
 /* attention_common.cuh - what the two attention kernels share: dtype
  * conversion of 16-byte vectors to fp32 and back, warp reductions, the
- * paged-slot lookup, and the internal launchers slk_attention dispatches to.
+ * paged-slot lookup, the shared-memory limit, and the internal launchers
+ * slk_attention dispatches to.
  *
  * Internal to servelab_cuda (C++ linkage, not in kernels.h). Kept separate
  * from common.cuh on purpose: the attention kernels need only these few
@@ -16,6 +17,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <mutex>
 
 #include "attention_plan.h"
 
@@ -127,6 +130,26 @@ struct AttnArgs {
     float scale;
     float *ws;                    /* decode partials, see attn_plan_t */
 };
+
+/* Lets `kern` use `bytes` of dynamic shared memory (the default limit is
+ * 48 KB). cudaFuncSetAttribute is a driver call: it runs once per kernel and
+ * size, not on every launch (a prefill step launches 2 per layer). The cache
+ * is per translation unit, which is per kernel file. */
+static inline cudaError_t allow_dynamic_smem(const void *kern, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    static std::mutex mu;
+    static struct {
+        const void *kern;
+        size_t bytes;
+    } done[64];
+    static int n_done;
+    std::lock_guard<std::mutex> lock(mu);
+    for (int i = 0; i < n_done; i++)
+        if (done[i].kern == kern && done[i].bytes >= bytes) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (err == cudaSuccess && n_done < 64) done[n_done++] = {kern, bytes};
+    return err;
+}
 
 /* Launch the decode (+ reduce) or prefill kernels for `plan` in dtype T, where
  * T is float, __nv_bfloat16 or __half. Return a cudaError_t. */

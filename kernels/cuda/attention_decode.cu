@@ -198,6 +198,9 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
             if (lane < n_tile) s_p[lane * GT + g] = e0;
             if (lane + 32 < n_tile) s_p[(lane + 32) * GT + g] = e1;
             const float sum = warp_sum(e0 + e1);
+            /* Every lane read s_m[g] above; the shuffles order no memory, so
+             * the warp syncs before lane 0 overwrites it. */
+            __syncwarp();
             if (lane == 0) {
                 const float alpha = expf(m_old - m_new); /* 0 on the first tile */
                 s_alpha[g] = alpha;
@@ -340,9 +343,7 @@ static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cu
     if (pl->decode_smem_bytes != L::BYTES || pl->head_tile != GT) return cudaErrorInvalidConfiguration;
     auto kern = attn_decode_kernel<T, D, GT>;
     cudaError_t err;
-    if (L::BYTES > 48 * 1024 &&
-        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::BYTES)))
-        return err;
+    if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), L::BYTES))) return err;
     float *ws_o = nullptr, *ws_m = nullptr, *ws_l = nullptr;
     if (pl->reduce) {
         ws_o = a.ws;
@@ -359,9 +360,7 @@ static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cu
     if (!pl->reduce) return cudaSuccess;
 
     auto red = attn_decode_reduce_kernel<T>;
-    if (pl->reduce_smem_bytes > 48 * 1024 &&
-        (err = cudaFuncSetAttribute(red, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl->reduce_smem_bytes)))
-        return err;
+    if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(red), pl->reduce_smem_bytes))) return err;
     const dim3 rgrid((unsigned)pl->reduce_grid[0], (unsigned)pl->reduce_grid[1], 1);
     red<<<rgrid, ATTN_THREADS, pl->reduce_smem_bytes, st>>>(static_cast<T *>(a.out), a.positions, a.query_start,
                                                            (int)pl->H, (int)pl->D, (int)pl->n_parts, ws_o, ws_m,

@@ -475,15 +475,13 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
 /* ---- launchers --------------------------------------------------------------- */
 
 /* Raises the kernel's shared-memory limit when it needs more than the
- * default 48 KB, then launches it on the plan's grid (both prefill kernels
+ * default 48 KB (once, allow_dynamic_smem), then launches it on the plan's grid (both prefill kernels
  * take the same arguments). */
 template <typename T, typename Kern>
 static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_plan_t *pl, const AttnArgs &a,
                                        cudaStream_t st) {
     cudaError_t err;
-    if (smem_bytes > 48 * 1024 &&
-        (err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes)))
-        return err;
+    if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), smem_bytes))) return err;
     const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
     kern<<<grid, ATTN_THREADS, smem_bytes, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
                                                  static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
