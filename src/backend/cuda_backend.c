@@ -119,19 +119,40 @@ static int is_sticky(cudaError_t e) {
     }
 }
 
+/* After a failure e: clears the runtime's error state (so the next call does
+ * not report e again) and says whether the context is lost. A sticky error
+ * survives the clearing, so the peek after it catches those the list above
+ * misses (cudaErrorUnknown, say). */
+static int clear_is_sticky(cudaError_t e) {
+    (void)cudaGetLastError();
+    return is_sticky(e) || cudaPeekAtLastError() != cudaSuccess;
+}
+
 static int cuda_ok(cuda_ctx_t *c, cudaError_t e, const char *call, int line) {
     if (e == cudaSuccess) return 1;
-    (void)cudaGetLastError(); /* clear it, so the next call does not report it again */
-    record(c, line, "CUDA error: %s (%s)", cudaGetErrorString(e), call);
-    if (is_sticky(e)) c->fatal = 1;
+    int sticky = clear_is_sticky(e);
+    /* A launch returns the first error pending, which may be an earlier
+     * kernel's asynchronous fault: say so rather than blame this call. */
+    record(c, line, "CUDA error: %s (%s%s)", cudaGetErrorString(e), call,
+           sticky ? "; an earlier kernel's fault can surface here" : "");
+    if (sticky) c->fatal = 1;
     return 0;
 }
 /* CU(c, cudaMemcpyAsync, (dst, src, ...)): call, check, name the call. */
 #define CU(c, fn, args) cuda_ok((c), fn args, #fn, __LINE__)
 
+/* A cuBLAS failure may come with a CUDA error underneath (an execution
+ * failure after a fault): name it too, clear it, and mark a lost context. */
 static int blas_ok(cuda_ctx_t *c, cublasStatus_t s, const char *call, int line) {
     if (s == CUBLAS_STATUS_SUCCESS) return 1;
-    record(c, line, "cuBLAS error: %s (%s)", cublasGetStatusString(s), call);
+    cudaError_t e = cudaPeekAtLastError();
+    if (e == cudaSuccess) {
+        record(c, line, "cuBLAS error: %s (%s)", cublasGetStatusString(s), call);
+        return 0;
+    }
+    int sticky = clear_is_sticky(e);
+    record(c, line, "cuBLAS error: %s (%s; CUDA error: %s)", cublasGetStatusString(s), call, cudaGetErrorString(e));
+    if (sticky) c->fatal = 1;
     return 0;
 }
 
@@ -148,9 +169,9 @@ static void op_end(cuda_ctx_t *c, const char *op) {
     if (!c->sync_ops || c->failed || c->capturing) return;
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+        int sticky = clear_is_sticky(e);
         record(c, __LINE__, "CUDA error: %s (in op %s)", cudaGetErrorString(e), op);
-        if (is_sticky(e)) c->fatal = 1;
+        if (sticky) c->fatal = 1;
     }
 }
 
@@ -370,11 +391,11 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
     int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, *ws, *ws_bytes, c->stream);
     if (rc != 0) {
         /* Name the shape: a refused one (an unsupported head dim, say) is the likely cause. */
-        (void)cudaGetLastError();
+        int sticky = clear_is_sticky((cudaError_t)rc);
         record(c, __LINE__, "CUDA error: %s (slk_attention: H %lld, Hkv %lld, D %lld, block size %lld, %d tokens of "
                "%d sequences)", cudaGetErrorString((cudaError_t)rc), (long long)H, (long long)Hkv, (long long)D,
                (long long)block_size, m->n_tokens, m->n_seqs);
-        if (is_sticky((cudaError_t)rc)) c->fatal = 1;
+        if (sticky) c->fatal = 1;
         return;
     }
     op_end(c, "attention");
