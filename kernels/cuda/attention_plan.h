@@ -117,6 +117,16 @@ size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec);
 size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
 size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
 
+/* The kernels' own shared-memory layouts (attention_decode.cu,
+ * attention_prefill.cu; CUDA builds only, callable without a device): bytes
+ * of the decode kernel for elem_bytes (4: f32; 2: bf16 / f16), D and
+ * head_tile, and of the prefill kernel (FMA for 4, tensor cores for 2) with
+ * its tiles; 0 for a shape no kernel is instantiated for. A launch refuses a
+ * plan whose bytes differ, but only on a GPU: the unit test compares these
+ * with the plan's functions above in every CUDA build. */
+size_t attn_kernel_decode_smem_bytes(int64_t elem_bytes, int64_t D, int64_t head_tile);
+size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int64_t D, int64_t *q_tile, int64_t *kv_tile);
+
 #ifdef __cplusplus
 }
 #endif

@@ -588,3 +588,38 @@ extern "C" int slk_attention(void *out, const void *q, const void *k_cache, cons
                                  : slattn::launch_prefill_f16(&plan, a, st);
     return (int)err;
 }
+
+/* ---- the layouts, for the host-side check (attention_plan.h) ----------------- */
+
+template <int D, int BQ, int BK> static size_t fma_bytes(int64_t *q_tile, int64_t *kv_tile) {
+    *q_tile = BQ, *kv_tile = BK;
+    return slattn::PrefillLayout<D, BQ, BK>::BYTES;
+}
+
+template <int D, int BK> static size_t tc_bytes(int64_t *q_tile, int64_t *kv_tile) {
+    *q_tile = slattn::TcLayout<D, BK>::BQ, *kv_tile = BK;
+    return slattn::TcLayout<D, BK>::BYTES;
+}
+
+extern "C" size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int64_t D, int64_t *q_tile, int64_t *kv_tile) {
+    *q_tile = *kv_tile = 0;
+    if (elem_bytes == 4) {
+        switch (D) {
+        case 32: return fma_bytes<32, ATTN_PREFILL_BQ_D32, ATTN_PREFILL_BK_D32>(q_tile, kv_tile);
+        case 64: return fma_bytes<64, ATTN_PREFILL_BQ_D64, ATTN_PREFILL_BK_D64>(q_tile, kv_tile);
+        case 128: return fma_bytes<128, ATTN_PREFILL_BQ_D128, ATTN_PREFILL_BK_D128>(q_tile, kv_tile);
+        case 256: return fma_bytes<256, ATTN_PREFILL_BQ_D256, ATTN_PREFILL_BK_D256>(q_tile, kv_tile);
+        default: return 0;
+        }
+    }
+    if (elem_bytes == 2) {
+        switch (D) {
+        case 32: return tc_bytes<32, ATTN_PREFILL_TC_BK_D32>(q_tile, kv_tile);
+        case 64: return tc_bytes<64, ATTN_PREFILL_TC_BK_D64>(q_tile, kv_tile);
+        case 128: return tc_bytes<128, ATTN_PREFILL_TC_BK_D128>(q_tile, kv_tile);
+        case 256: return tc_bytes<256, ATTN_PREFILL_TC_BK_D256>(q_tile, kv_tile);
+        default: return 0;
+        }
+    }
+    return 0;
+}

@@ -6,7 +6,8 @@
  * 16-bit dtypes, FMA for f32). These tests pin its arithmetic at the
  * boundaries (511/512/513 tokens, 0 and 1 token, group sizes around powers
  * of two), the head dim 32 of models/tiny, and its rejections, in every
- * build, GPU or not.
+ * build, GPU or not; in a CUDA build also that its shared-memory sizes are
+ * the kernels' own layouts (no device needed).
  */
 #include "attention_plan.h"
 #include "test.h"
@@ -246,6 +247,41 @@ static void test_unsupported_shapes_are_rejected(void) {
     CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 100, 1, 8, 8, 64, 2), 0);
 }
 
+#ifdef SERVELAB_HAVE_CUDA
+/* The plan's shared-memory bytes and tiles are the kernels' own layouts
+ * (DecodeLayout, PrefillLayout, TcLayout in the .cu files), for every
+ * instantiation: a launch refuses a mismatch, but only on a GPU, so without
+ * this a layout change would first fail there. Decode at every GQA group
+ * size the plan tiles (head tiles 1, 2, 4, 8), prefill in each dtype. */
+static void test_plan_shared_memory_is_the_kernels_layout(void) {
+    static const int64_t Ds[] = {32, 64, 128, 256}, elems[] = {4, 2}, groups[] = {1, 2, 3, 4, 7, 8, 16};
+    int n_tiles[9] = {0};
+    for (size_t e = 0; e < 2; e++) {
+        for (size_t d = 0; d < 4; d++) {
+            int64_t eb = elems[e], D = Ds[d];
+            for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
+                attn_plan_t p;
+                CHECK_EQ_INT(attn_plan_make(&p, 4, 4, 300, 1, 4 * groups[g], 4, D, eb), 0);
+                CHECK_EQ_INT(p.path, ATTN_PATH_DECODE);
+                CHECK(p.head_tile >= 1 && p.head_tile <= 8);
+                n_tiles[p.head_tile]++;
+                CHECK_EQ_INT(p.decode_smem_bytes, attn_kernel_decode_smem_bytes(eb, D, p.head_tile));
+            }
+            attn_plan_t p;
+            int64_t bq = 0, bk = 0;
+            CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, D, eb), 0);
+            CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+            size_t bytes = attn_kernel_prefill_smem_bytes(eb, D, &bq, &bk);
+            CHECK(bytes > 0);
+            CHECK_EQ_INT(p.prefill_smem_bytes, bytes);
+            CHECK_EQ_INT(p.q_tile, bq);
+            CHECK_EQ_INT(p.kv_tile, bk);
+        }
+    }
+    CHECK(n_tiles[1] && n_tiles[2] && n_tiles[4] && n_tiles[8]); /* every decode instantiation was compared */
+}
+#endif
+
 int main(void) {
     test_seed();
     RUN(test_partitions_split_at_512_token_boundaries);
@@ -258,5 +294,8 @@ int main(void) {
     RUN(test_prefill_uses_tensor_cores_for_16_bit_dtypes);
     RUN(test_head_dim_32_of_the_tiny_model_is_planned);
     RUN(test_unsupported_shapes_are_rejected);
+#ifdef SERVELAB_HAVE_CUDA
+    RUN(test_plan_shared_memory_is_the_kernels_layout);
+#endif
     return test_summary();
 }
