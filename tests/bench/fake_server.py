@@ -23,7 +23,7 @@ a real one, docs/load-generator.md names the version): GET /v1/models lists {"id
 chunk of text "" that carries finish_reason and usage (whatever include_usage says), a chat
 stream opens with {"role", "content": null}, ends with a delta {} that carries finish_reason
 and, with include_usage, a chunk of choices [] and usage; errors are {"error": {"code",
-"message", "type"}}, and a body that is not JSON gets 500 with the parser's message.
+"message", "type"}}, and a body that is not JSON gets 500 "server_error" with a parser message.
 
 Scripts (--script): "varied" (the metrics test: 2..10 tokens, 10..29 ms TTFT, 2..7 ms
 gaps, one event split across two writes 1 ms apart, keep-alive comments, an empty token,
@@ -73,8 +73,8 @@ LLAMA_MODELS = {
               "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx": 4096, "n_ctx_train": 8192, "n_embd": 576,
                        "n_params": 134515008, "size": 91849344, "ftype": 3}}],
 }
-LLAMA_PARSE_ERROR = ("[json.exception.parse_error.101] parse error at line 1, column 1: syntax error while parsing "
-                     "value - invalid literal; last read: '{e}'")
+LLAMA_PARSE_ERROR = ("[json.exception.parse_error.101] parse error at line 1, column 2: syntax error while parsing "
+                     "object key - invalid literal; last read: '{b'; expected string literal")
 
 
 def llama_error(message, code, kind):
@@ -213,10 +213,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         try:
             body = self.read_body()
-        except ValueError as e:
+        except ValueError:
             if not self.llama_cpp:
                 raise
-            return self.send_json(llama_error(LLAMA_PARSE_ERROR.format(e=e), 500, "server_error"), 500)
+            return self.send_json(llama_error(LLAMA_PARSE_ERROR, 500, "server_error"), 500)
         t_recv = time.monotonic()
         if self.path == "/_reset":
             self.state.reset()
