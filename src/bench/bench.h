@@ -266,8 +266,9 @@ typedef struct {
 
 /* GET /v1/models: the first model's id and root (root = id when absent). */
 int bench_first_model(const bench_server_t *s, char **id, char **root, sl_err_t *err);
-/* Finds which /tokenize the server has: vLLM's, else llama.cpp's (sets s->llama_cpp).
- * Returns -1 with vLLM-shape call's error when neither answers. */
+/* Finds which /tokenize the server has: vLLM's, else llama.cpp's (sets s->llama_cpp). A
+ * shape counts only when "hello" gives at least one token id (llama.cpp answers vLLM's
+ * body with an empty list). Returns -1 with the vLLM-shape call's error when neither does. */
 int bench_probe_tokenizer(bench_server_t *s, sl_err_t *err);
 /* POST /tokenize for each text; ids (may be NULL) gets the tokens (ids[i] for the caller
  * to free), counts[i] their number. bench_tokenize_chat does the same for conversations,

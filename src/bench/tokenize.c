@@ -4,7 +4,7 @@
  * it measures, through vLLM's POST /tokenize {"model", "prompt" | "messages",
  * "add_special_tokens"} -> {"tokens": [...]} and POST /detokenize {"model", "tokens"}
  * -> {"prompt": "..."}, or llama.cpp's {"content", "add_special"} and {"content": "..."}
- * when vLLM's shape is refused (probed once). So lengths are exact for
+ * when vLLM's shape is refused or gives no ids (probed once). So lengths are exact for
  * whatever model is served, and nothing has to be downloaded. GET /v1/models names the
  * model when --model is not given.
  */
@@ -105,23 +105,38 @@ static cJSON *tokenize_body(const bench_server_t *s, const char *text, bool add_
     return b;
 }
 
+/* One probe call: POST /tokenize {"hello"} in one dialect. Returns 0 when the server
+ * answered with at least one token id. An empty list is no answer: llama.cpp answers
+ * 200 {"tokens": []} to vLLM's body, which has no "content". *transport is set when
+ * nothing answered at all. */
+static int probe_dialect(const bench_server_t *s, bool llama_cpp, bool *transport, sl_err_t *err) {
+    bench_call_t c = {.url = url_of(s, "/tokenize")};
+    cJSON *b = tokenize_body(s, "hello", false, llama_cpp);
+    c.body = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    bench_http_run(s->http, &c, 1, 1);
+    int64_t count = 0;
+    int rc = read_tokens(&c, 1, NULL, &count, err);
+    if (rc == 0 && count < 1)
+        rc = sl_fail(err, "POST %s: the server's tokenizer gave no token ids for \"hello\": %.120s",
+                     c.url, c.resp ? c.resp : "");
+    *transport = c.status == 0;
+    bench_call_free(&c);
+    return rc;
+}
+
 int bench_probe_tokenizer(bench_server_t *s, sl_err_t *err) {
+    sl_err_t first;
     for (int dialect = 0; dialect < 2; dialect++) {
-        bench_call_t c = {.url = url_of(s, "/tokenize")};
-        cJSON *b = tokenize_body(s, "hello", false, dialect == 1);
-        c.body = cJSON_PrintUnformatted(b);
-        cJSON_Delete(b);
-        bench_http_run(s->http, &c, 1, 1);
-        int64_t count = 0;
-        sl_err_t e;
-        int rc = read_tokens(&c, 1, NULL, &count, &e);
-        if (rc == 0) s->llama_cpp = dialect == 1;
-        else if (dialect == 0) *err = e;
-        bool transport = c.status == 0;
-        bench_call_free(&c);
-        if (rc == 0) return 0;
-        if (transport) return -1; /* nothing answered: no point trying the other shape */
+        bool transport = false;
+        int rc = probe_dialect(s, dialect == 1, &transport, dialect == 0 ? &first : err);
+        if (rc == 0) {
+            s->llama_cpp = dialect == 1;
+            return 0;
+        }
+        if (transport) break; /* nothing answered: no point trying the other shape */
     }
+    *err = first;
     return -1;
 }
 

@@ -13,8 +13,17 @@ tokenizer calls that size prompts are not the load). GET /_log returns all of th
 Also served, as vLLM serves them: GET /v1/models (id "fake", root "/models/fake-root"),
 POST /tokenize and /detokenize over a toy tokenizer (token id k <-> the word "w<k>";
 other words hash to an id; add_special_tokens prepends BOS = 1; chat messages render as
-"<role> <content>" per message); with --llama-tokenizer, as llama.cpp's server has them
-({"content", "add_special"} -> {"tokens"}; {"tokens"} -> {"content"}; vLLM's shape refused).
+"<role> <content>" per message).
+
+With --llama-cpp every answer has the shape llama.cpp's llama-server gives (as recorded from
+a real one, docs/load-generator.md names the version): GET /v1/models lists {"id": "fake.gguf",
+"owned_by": "llamacpp", "meta"} beside "models"; POST /tokenize {"content", "add_special"} ->
+{"tokens"}, and any body without "content" (vLLM's {"prompt"} or {"messages"}) -> 200
+{"tokens": []}; POST /detokenize {"tokens"} -> {"content"}; a completions stream ends with a
+chunk of text "" that carries finish_reason and usage (whatever include_usage says), a chat
+stream opens with {"role", "content": null}, ends with a delta {} that carries finish_reason
+and, with include_usage, a chunk of choices [] and usage; errors are {"error": {"code",
+"message", "type"}}, and a body that is not JSON gets 500 "server_error" with a parser message.
 
 Scripts (--script): "varied" (the metrics test: 2..10 tokens, 10..29 ms TTFT, 2..7 ms
 gaps, one event split across two writes 1 ms apart, keep-alive comments, an empty token,
@@ -52,6 +61,58 @@ def fixed(ttft_ms, itl_ms, tokens):
         return {"n": tokens, "ttft": ttft_ms / 1000.0, "itls": [itl_ms / 1000.0] * (tokens - 1), "status": 200,
                 "split_event": -1, "comment": False, "empty_token": -1}
     return script
+
+
+LLAMA_MODELS = {
+    "models": [{"name": "fake.gguf", "model": "fake.gguf", "modified_at": "", "size": "", "digest": "",
+                "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
+                "parameters": "", "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                                              "parameter_size": "", "quantization_level": ""}}],
+    "object": "list",
+    "data": [{"id": "fake.gguf", "aliases": [], "tags": [], "object": "model", "created": 0, "owned_by": "llamacpp",
+              "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx": 4096, "n_ctx_train": 8192, "n_embd": 576,
+                       "n_params": 134515008, "size": 91849344, "ftype": 3}}],
+}
+LLAMA_PARSE_ERROR = ("[json.exception.parse_error.101] parse error at line 1, column 2: syntax error while parsing "
+                     "object key - invalid literal; last read: '{b'; expected string literal")
+
+
+def llama_error(message, code, kind):
+    return {"error": {"code": code, "message": message, "type": kind}}
+
+
+class LlamaEvents:
+    """The events of one llama.cpp stream: its chunk fields, the opening role delta of a chat
+    stream, and the closing chunks (finish_reason apart from the last token; usage)."""
+
+    def __init__(self, body, chat, usage):
+        self.body, self.chat = body, chat
+        self.usage = dict(usage, prompt_tokens_details={"cached_tokens": 0})
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    def event(self, choices, **extra):
+        ev = {"choices": choices, "created": 0, "id": "chatcmpl-fake", "model": self.body.get("model", "fake.gguf"),
+              "system_fingerprint": "b0-fake", "object": "chat.completion.chunk" if self.chat else "text_completion"}
+        ev.update(extra)
+        return b"data: " + json.dumps(ev).encode() + b"\n\n"
+
+    def token(self, k, text):
+        if not self.chat:
+            return self.event([{"text": text, "index": 0, "logprobs": None, "finish_reason": None}])
+        data = b""
+        if k == 0:
+            data = self.event([{"finish_reason": None, "index": 0, "delta": {"role": "assistant", "content": None}}])
+        return data + self.event([{"finish_reason": None, "index": 0, "delta": {"content": text}}])
+
+    def final(self):
+        timings = {"prompt_n": self.usage["prompt_tokens"], "predicted_n": self.usage["completion_tokens"]}
+        if not self.chat:
+            return self.event([{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}],
+                              usage=self.usage, timings=timings)
+        data = self.event([{"finish_reason": "length", "index": 0, "delta": {}}])
+        if self.include_usage:
+            data += self.event([], usage=self.usage, timings=timings)
+        return data
 
 
 def word_id(w):
@@ -93,7 +154,7 @@ class State:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     state = None
-    llama_cpp = False  # --llama-tokenizer: /tokenize and /detokenize as llama.cpp's server has them
+    llama_cpp = False  # --llama-cpp: every answer as llama.cpp's llama-server gives it
 
     def log_message(self, *args):
         pass
@@ -120,7 +181,9 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path == "/v1/models":
+        if self.path == "/v1/models" and self.llama_cpp:
+            self.send_json(LLAMA_MODELS)
+        elif self.path == "/v1/models":
             self.send_json({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0,
                                                         "owned_by": "vllm", "root": "/models/fake-root",
                                                         "parent": None, "max_model_len": 4096}]})
@@ -136,18 +199,32 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(n) or b"{}")
 
+    def llama_post(self, body):
+        """llama.cpp's /tokenize and /detokenize; True when the path was one of them."""
+        if self.path == "/tokenize":  # no "content" (vLLM's body): an empty list, status 200
+            ids = tokenize(body["content"], body.get("add_special", False)) if "content" in body else []
+            self.send_json({"tokens": ids})
+        elif self.path == "/detokenize":
+            self.send_json({"content": " ".join(f"w{t}" for t in body.get("tokens", []) if t != BOS)})
+        else:
+            return False
+        return True
+
     def do_POST(self):
-        body = self.read_body()
+        try:
+            body = self.read_body()
+        except ValueError:
+            if not self.llama_cpp:
+                raise
+            return self.send_json(llama_error(LLAMA_PARSE_ERROR, 500, "server_error"), 500)
         t_recv = time.monotonic()
         if self.path == "/_reset":
             self.state.reset()
             return self.send_json({})
+        if self.llama_cpp and self.llama_post(body):
+            return
         if self.path == "/tokenize" and "content" in body:  # llama.cpp's shape
             return self.send_json({"tokens": tokenize(body["content"], body.get("add_special", False))})
-        if self.path == "/tokenize" and self.llama_cpp:
-            return self.send_json({"error": {"code": 400, "message": "\"content\" must be provided"}}, 400)
-        if self.path == "/detokenize" and self.llama_cpp:
-            return self.send_json({"content": " ".join(f"w{t}" for t in body.get("tokens", []) if t != BOS)})
         if self.path == "/tokenize":
             if "messages" in body:
                 ids = tokenize(render_chat(body["messages"]), body.get("add_special_tokens", False))
@@ -196,6 +273,9 @@ class Handler(BaseHTTPRequestHandler):
                "prompt_tokens": prompt_tokens, "n": n, "body": body}
         with self.state.lock:
             self.state.requests[rid or str(i)] = rec
+        if sc["status"] != 200 and self.llama_cpp:
+            kind = "unavailable_error" if sc["status"] == 503 else "invalid_request_error"
+            return self.send_json(llama_error(f"scripted failure of request {i}", sc["status"], kind), sc["status"])
         if sc["status"] != 200:
             kind = "ServiceUnavailableError" if sc["status"] == 503 else "BadRequestError"
             return self.send_json({"error": {"message": f"scripted failure of request {i}", "type": kind,
@@ -226,6 +306,9 @@ class Handler(BaseHTTPRequestHandler):
                 ev["usage"] = usage
             return b"data: " + json.dumps(ev).encode() + b"\n\n"
 
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        if self.llama_cpp:
+            llama = LlamaEvents(body, chat, usage)
         t = t_recv + sc["ttft"]
         if sc["comment"]:
             chunk(b": keep-alive\n\n")
@@ -234,7 +317,9 @@ class Handler(BaseHTTPRequestHandler):
                 t += sc["itls"][k - 1]
             text = "" if k == sc["empty_token"] else f" w{100 + k}"
             fin = "length" if k == n - 1 else None
-            if chat:
+            if self.llama_cpp:
+                data = llama.token(k, text)
+            elif chat:
                 choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": fin}
                 data = b""
                 if k == 0:
@@ -253,8 +338,11 @@ class Handler(BaseHTTPRequestHandler):
             rec["sent_from"].append(time.monotonic())
             chunk(data)
             rec["events"].append(time.monotonic())
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-        chunk(event([], usage) + b"data: [DONE]\n\n")
+        if self.llama_cpp:
+            chunk(llama.final())
+            chunk(b"data: [DONE]\n\n")
+        else:
+            chunk(event([], usage) + b"data: [DONE]\n\n")
         chunk(b"")
 
 
@@ -265,9 +353,9 @@ def main():
     ap.add_argument("--ttft-ms", type=float, default=10)
     ap.add_argument("--itl-ms", type=float, default=5)
     ap.add_argument("--tokens", type=int, default=4)
-    ap.add_argument("--llama-tokenizer", action="store_true")
+    ap.add_argument("--llama-cpp", action="store_true")
     args = ap.parse_args()
-    Handler.llama_cpp = args.llama_tokenizer
+    Handler.llama_cpp = args.llama_cpp
     try:
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -18,6 +18,12 @@ Cases (--case, default all):
   concurrency  --max-concurrency 5 is reached and never exceeded (requests in flight and
                connections open, as the server counts them)
   many         1000 concurrent streams from one bench process all complete
+  llamacpp     against llama.cpp's answers (fake_server.py --llama-cpp: /tokenize gives an
+               empty list, not an error, for vLLM's body): both backends size random
+               prompts exactly, read the model id from /v1/models, take output lengths
+               from usage (the completions stream's closing chunk carries it with a
+               finish_reason; the chat stream's comes after a delta {}), and failures
+               keep llama.cpp's error bodies
   errors       bad flags exit 2, an unreachable server or a bad dataset file exit 1, each
                with one "servelab: error:" line
 The millisecond checks (metrics, chat, arrivals) can be upset when other jobs on a small
@@ -382,7 +388,7 @@ def case_chat(servelab, tmp):
           (rc2, stderr2[-500:]))
 
     # A server with llama.cpp's /tokenize and /detokenize: random prompts still exact.
-    fake = Fake("--script", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--tokens", "3", "--llama-tokenizer")
+    fake = Fake("--script", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--tokens", "3", "--llama-cpp")
     out = os.path.join(tmp, "llama.json")
     try:
         rc, _, stderr = bench(servelab, fake.port, "--num-prompts", "5", "--random-input-len", "10",
@@ -395,6 +401,61 @@ def case_chat(servelab, tmp):
           d["input_lens"] == [10] * 5, (rc, stderr[-800:], d.get("input_lens")))
     check("chat: no chat template through llama.cpp's /tokenize -> exit 1 with the way out", rc2 == 1 and
           "--skip-chat-template" in stderr2.splitlines()[-1], stderr2[-800:])
+
+
+# ---- llamacpp --------------------------------------------------------------------------------
+
+def case_llamacpp(servelab, tmp):
+    fake = Fake("--script", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--tokens", "4", "--llama-cpp")
+    runs = {}
+    try:
+        for backend in ("openai", "openai-chat"):
+            out = os.path.join(tmp, f"llamacpp-{backend}.json")
+            flags = ["--endpoint", "/v1/chat/completions"] if backend == "openai-chat" else []
+            rc, stdout, stderr = bench(servelab, fake.port, "--backend", backend, *flags, "--num-prompts", "6",
+                                       "--random-input-len", "12", "--random-output-len", "4",
+                                       "--request-id-prefix", f"{backend}-", "--save-result", "--save-detailed",
+                                       "--result-filename", out)
+            runs[backend] = (rc, stdout, stderr, json.load(open(out)) if rc == 0 else {})
+        log = fake.log()
+    finally:
+        fake.stop()
+    recs = {r["request_id"]: r for r in log["requests"].values()}
+    for backend, (rc, stdout, stderr, d) in runs.items():
+        check(f"llamacpp: {backend} run exits 0", rc == 0, stderr[-1500:])
+        if rc:
+            continue
+        check(f"llamacpp: {backend} model id from /v1/models", d.get("model_id") == "fake.gguf", d.get("model_id"))
+        sent = [recs.get(f"{backend}-{i}", {}) for i in range(6)]
+        served = [r.get("prompt_tokens") for r in sent]
+        if backend == "openai":  # the random prompt's text, tokenized by the server with BOS
+            check("llamacpp: openai random prompts sized exactly through {\"content\"}",
+                  d["input_lens"] == [12] * 6 and served == [12] * 6, (d["input_lens"], served))
+        else:  # the chat template's tokens, as usage reports them
+            check("llamacpp: openai-chat prompt lengths from usage", d["input_lens"] == served and
+                  all(served), (d["input_lens"], served))
+        check(f"llamacpp: {backend} output lengths from usage", d["output_lens"] == [4] * 6 and
+              d["completed"] == 6 and not any(d["errors"]), (d["output_lens"], d["errors"]))
+        check(f"llamacpp: {backend} streams with include_usage", all(
+              r.get("body", {}).get("stream") is True and
+              r.get("body", {}).get("stream_options", {}).get("include_usage") is True for r in sent),
+              sent[:1])
+
+    # Failures: llama.cpp's {"error": {"code", "message", "type"}} bodies, counted by status.
+    fake = Fake("--script", "varied", "--llama-cpp")
+    out = os.path.join(tmp, "llamacpp-errors.json")
+    try:
+        rc, _, stderr = bench(servelab, fake.port, "--num-prompts", "11", "--random-input-len", "8",
+                              "--random-output-len", "12", "--request-id-prefix", "e-", "--save-result",
+                              "--save-detailed", "--result-filename", out)
+    finally:
+        fake.stop()
+    d = json.load(open(out)) if rc == 0 else {}
+    check("llamacpp: failures keep llama.cpp's error bodies and statuses", rc == 0 and
+          "scripted failure of request 5" in d["errors"][5] and "unavailable_error" in d["errors"][5] and
+          "scripted failure of request 8" in d["errors"][8] and "invalid_request_error" in d["errors"][8] and
+          d["failed"] == 2 and d["failed_by_status"] == {"503": 1, "400": 1}, (rc, stderr[-800:], d.get("errors"),
+                                                                             d.get("failed_by_status")))
 
 
 # ---- arrivals ----------------------------------------------------------------------------------
@@ -532,11 +593,13 @@ def case_errors(servelab, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servelab", required=True)
-    ap.add_argument("--case", choices=["metrics", "chat", "arrivals", "concurrency", "many", "errors", "all"],
+    ap.add_argument("--case", choices=["metrics", "chat", "arrivals", "concurrency", "many", "llamacpp", "errors",
+                                           "all"],
                     default="all")
     args = ap.parse_args()
     cases = {"metrics": case_metrics, "chat": case_chat, "arrivals": case_arrivals,
-             "concurrency": case_concurrency, "many": case_many, "errors": case_errors}
+             "concurrency": case_concurrency, "many": case_many, "llamacpp": case_llamacpp,
+             "errors": case_errors}
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in cases.items():
             if args.case in ("all", name):
