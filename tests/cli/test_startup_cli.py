@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Startup checks of the servelab command line that come before the model loads.
+
+Each mistake must be refused quickly with one precise `servelab: error: ...`
+line and exit 1 (or, for --help, print usage and exit 0): a busy --port, an
+unreadable --prompts-file, a MODEL_DIR that is not a checkpoint. Also checks
+that the chosen device is logged at INFO and that usage lists every command.
+Prints one line per check and "N passed, N failed".
+"""
+import argparse
+import socket
+import subprocess
+import sys
+import time
+
+FAST_S = 5.0  # well under the time any model load takes on these machines
+
+
+def run(cmd, timeout=120):
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return res, time.monotonic() - t0
+
+
+def error_lines(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("servelab: error:")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--model", required=True)
+    args = ap.parse_args()
+    sl, model = args.servelab, args.model
+    results = []
+
+    def check(name, cond, detail=""):
+        results.append(bool(cond))
+        print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + detail}")
+
+    # A busy port: refused before the banner and the model load.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res, took = run([sl, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)],
+                        timeout=60)
+    errs = error_lines(res.stderr)
+    check("serve on a busy port exits 1 fast, before the model loads",
+          res.returncode == 1 and took < FAST_S and "Loading weights" not in res.stdout + res.stderr,
+          f"rc={res.returncode} took={took:.1f}s {res.stderr[-400:]}")
+    check("serve on a busy port says so in one line",
+          len(errs) == 1 and f"127.0.0.1:{port}" in errs[0] and "address already in use" in errs[0],
+          res.stderr[-400:])
+
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
