@@ -53,6 +53,17 @@ def main():
           len(errs) == 1 and f"127.0.0.1:{port}" in errs[0] and "address already in use" in errs[0],
           res.stderr[-400:])
 
+    # The device and why it was chosen, at INFO in vLLM's log format.
+    res, _ = run([sl, "generate", model, "--prompt", "Hi", "--max-tokens", "2"])
+    dev = [l for l in res.stderr.splitlines() if "Using device" in l]
+    check("generate --device auto logs the device and why at INFO",
+          res.returncode == 0 and len(dev) == 1 and dev[0].startswith("INFO ") and
+          ("Using device cuda" in dev[0] or "Using device cpu (--device auto: " in dev[0]), res.stderr[-400:])
+    res, _ = run([sl, "generate", model, "--prompt", "Hi", "--max-tokens", "2", "--device", "cpu"])
+    check("generate --device cpu logs it at INFO",
+          res.returncode == 0 and any(l.startswith("INFO ") and "Using device cpu (--device cpu)" in l
+                                      for l in res.stderr.splitlines()), res.stderr[-400:])
+
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
