@@ -206,6 +206,7 @@ int cli_generate(int argc, char **argv) {
         cli_usage_error(gen_usage, "give either --prompt (one or more) or --prompts-file");
     ea.model_dir = argv[optind];
     sl_log_to_stderr();
+    cli_require_checkpoint(ea.model_dir);
 
     int n_jobs = n_prompts;
     job_t *jobs;

@@ -181,6 +181,7 @@ int cli_serve(int argc, char **argv) {
         setrlimit(RLIMIT_NOFILE, &rl);
     }
 
+    cli_require_checkpoint(model);
     sl_err_t err;
     if (server_check_listen(&sc, &err)) sl_die("%s", err.msg);
     LOG_INFO("servelab API server version %s", SERVELAB_VERSION);

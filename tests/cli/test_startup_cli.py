@@ -64,6 +64,15 @@ def main():
           res.returncode == 0 and any(l.startswith("INFO ") and "Using device cpu (--device cpu)" in l
                                       for l in res.stderr.splitlines()), res.stderr[-400:])
 
+    # A MODEL_DIR that is not a checkpoint: one line first, saying what is expected and how to make one.
+    for cmd in (["generate", "/nonexistent", "--prompt", "Hi"], ["serve", "/nonexistent", "--port", "0"]):
+        res, took = run([sl, *cmd], timeout=60)
+        lines = (res.stdout + res.stderr).strip().splitlines()
+        check(f"{cmd[0]} /nonexistent: one line naming a checkpoint and tools/make_model.py",
+              res.returncode == 1 and len(lines) == 1 and lines[0].startswith("servelab: error: /nonexistent") and
+              "Hugging Face checkpoint directory" in lines[0] and "config.json" in lines[0] and
+              "python3 tools/make_model.py --preset small --out models/small" in lines[0], "\n".join(lines)[-400:])
+
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
