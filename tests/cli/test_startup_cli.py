@@ -73,6 +73,22 @@ def main():
               "Hugging Face checkpoint directory" in lines[0] and "config.json" in lines[0] and
               "python3 tools/make_model.py --preset small --out models/small" in lines[0], "\n".join(lines)[-400:])
 
+    # --help for every bench form: usage on stdout, exit 0.
+    for sub in ([], ["decode"], ["throughput"], ["scheduler"], ["serve"], ["compare"]):
+        res, _ = run([sl, "bench", *sub, "--help"], timeout=30)
+        check(f"bench {' '.join(sub + ['--help'])} prints usage and exits 0",
+              res.returncode == 0 and res.stdout.startswith("usage: servelab bench"), res.stderr[-300:])
+    # Top-level usage and the unknown-command message list every command.
+    commands = ("serve", "generate", "bench", "render")
+    res, _ = run([sl, "--help"], timeout=30)
+    check("servelab --help lists every command", res.returncode == 0 and
+          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render}" in res.stdout,
+          res.stdout[-300:])
+    res, _ = run([sl, "frobnicate"], timeout=30)
+    errs = error_lines(res.stderr)
+    check("an unknown command lists every command", res.returncode == 2 and len(errs) == 1 and
+          all(f"'{c}'" in errs[0] for c in commands), res.stderr[-300:])
+
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
