@@ -89,6 +89,14 @@ def main():
     check("an unknown command lists every command", res.returncode == 2 and len(errs) == 1 and
           all(f"'{c}'" in errs[0] for c in commands), res.stderr[-300:])
 
+    # A prompts file that cannot be opened: refused before the model loads, naming the file.
+    res, took = run([sl, "generate", model, "--prompts-file", "/nonexistent/prompts.jsonl"], timeout=60)
+    lines = (res.stdout + res.stderr).strip().splitlines()
+    check("generate --prompts-file /nonexistent/prompts.jsonl: one line before the model loads",
+          res.returncode == 1 and took < FAST_S and len(lines) == 1 and
+          lines[0].startswith("servelab: error: --prompts-file /nonexistent/prompts.jsonl: cannot open"),
+          "\n".join(lines)[-400:])
+
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
