@@ -47,6 +47,10 @@ void server_config_default(server_config_t *c);
 
 typedef struct server server_t;
 
+/* Whether cfg's host and port can be listened on now (binds, then closes):
+ * 0, or -1 with err saying why. Run before the model loads. */
+int server_check_listen(const server_config_t *cfg, sl_err_t *err);
+
 /* Starts listening. `tmpl` may be NULL (chat requests then get vLLM's 400).
  * All pointers are borrowed and must outlive the server. */
 server_t *server_start(const server_config_t *cfg, engine_t *engine, const tokenizer_t *tok,

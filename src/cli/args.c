@@ -4,12 +4,15 @@
  * what vLLM's users see for the same mistake.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "engine_args.h"
@@ -75,4 +78,18 @@ struct option *cli_merge_options(const struct option *own) {
     memcpy(all, own, n_own * sizeof *all);
     memcpy(all + n_own, engine_long_options, n_eng * sizeof *all);
     return all;
+}
+
+void cli_require_checkpoint(const char *dir) {
+    static const char *expected =
+        "expected a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json); "
+        "make one with: python3 tools/make_model.py --preset small --out models/small";
+    struct stat st;
+    if (stat(dir, &st) != 0) sl_die("%s: %s; %s", dir, strerror(errno), expected);
+    if (!S_ISDIR(st.st_mode)) sl_die("%s: not a directory; %s", dir, expected);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) sl_die("%s: cannot open: %s; %s", path, strerror(errno), expected);
+    close(fd);
 }

@@ -53,7 +53,8 @@ static const struct option bench_options[] = {
     {"output-len", required_argument, 0, O_OUT},       {"num-prompts", required_argument, 0, O_NUM},
     {"random-range-ratio", required_argument, 0, O_RATIO}, {"prefix-len", required_argument, 0, O_PREFIX},
     {"compare", required_argument, 0, O_COMPARE},      {"running", required_argument, 0, O_RUNNING},
-    {"steps", required_argument, 0, O_STEPS},          {0, 0, 0, 0},
+    {"steps", required_argument, 0, O_STEPS},          {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
 };
 
 typedef struct {
@@ -66,6 +67,9 @@ typedef struct {
     const char *compare;
 } bench_args_t;
 
+/* `bench --help` and `bench decode|throughput|scheduler --help`: usage on stdout. */
+static void print_help(void) { printf("%s%s", bench_usage, engine_usage); }
+
 static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
     struct option *opts = cli_merge_options(bench_options);
     /* --threads takes a list here; route it to our own option. */
@@ -74,7 +78,7 @@ static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (engine_args_handle(&a->ea, c, optarg)) continue;
         switch (c) {
         case O_THREADS:
@@ -93,6 +97,7 @@ static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
             break;
         case O_RUNNING: snprintf(a->running, sizeof a->running, "%s", optarg); break;
         case O_STEPS: a->steps = cli_parse_int("--steps", optarg, 1, 1 << 20); break;
+        case 'h': print_help(); free(opts); exit(0);
         default: cli_usage_error(bench_usage, "unrecognized argument: %s", argv[optind - 1]);
         }
     }
@@ -405,6 +410,10 @@ static int bench_scheduler(bench_args_t *a) {
 
 int cli_bench(int argc, char **argv) {
     if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput, scheduler, serve or compare");
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        print_help();
+        return 0;
+    }
     /* The load generator and the comparison take no engine flags. */
     if (!strcmp(argv[1], "serve")) return bench_serve_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "compare")) return bench_compare_main(argc - 1, argv + 1);

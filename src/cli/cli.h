@@ -19,6 +19,10 @@ double cli_parse_double(const char *flag, const char *value, double min, double 
 /* "2048", "1k" (1000), "1K" (1024), "25.6k", "4G" as vLLM's human_readable_int
  * (k m g t decimal, K M G T binary), in [1, max]; bad values exit 2. */
 long long cli_parse_human_int(const char *flag, const char *value, double max);
+/* Exits 1 with one line saying what a checkpoint directory is and how to
+ * make one, when `dir` is missing, not a directory or has no readable
+ * config.json; run before anything else reads the model. */
+void cli_require_checkpoint(const char *dir);
 /* A command's options followed by the engine's (malloc'd; free it). */
 struct option;
 struct option *cli_merge_options(const struct option *own);

@@ -124,12 +124,13 @@ static void print_json(const job_t *job, const choice_t *ch, int32_t n, int32_t 
     cJSON_Delete(j);
 }
 
-/* Reads a JSONL prompts file into jobs; any bad line is a startup error. */
+/* Reads a JSONL prompts file into jobs, before the model loads; a file that
+ * cannot be read or any bad line is a startup error naming the file. */
 static job_t *read_prompts_file(const char *path, int *n_jobs) {
     sl_err_t err;
     size_t len;
     char *text = sl_read_file(path, (size_t)1 << 30, &len, &err);
-    if (!text) sl_die("%s", err.msg);
+    if (!text) sl_die("--prompts-file %s", err.msg);
     job_t *jobs = NULL;
     int n = 0, line_no = 0;
     for (char *line = text, *next; line && *line; line = next) {
@@ -206,6 +207,7 @@ int cli_generate(int argc, char **argv) {
         cli_usage_error(gen_usage, "give either --prompt (one or more) or --prompts-file");
     ea.model_dir = argv[optind];
     sl_log_to_stderr();
+    cli_require_checkpoint(ea.model_dir);
 
     int n_jobs = n_prompts;
     job_t *jobs;

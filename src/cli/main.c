@@ -42,6 +42,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return cli_serve(argc - 1, argv + 1);
     cli_usage_error(usage,
-                    "argument command: invalid choice: '%s' (choose from 'generate', 'bench', 'render')",
+                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render')",
                     argv[1]);
 }

@@ -181,9 +181,11 @@ int cli_serve(int argc, char **argv) {
         setrlimit(RLIMIT_NOFILE, &rl);
     }
 
+    cli_require_checkpoint(model);
+    sl_err_t err;
+    if (server_check_listen(&sc, &err)) sl_die("%s", err.msg);
     LOG_INFO("servelab API server version %s", SERVELAB_VERSION);
     LOG_INFO("args: model='%s', host=%s, port=%d", model, sc.host ? sc.host : "None", sc.port);
-    sl_err_t err;
     char *tmpl_src = NULL;
     chat_template_t *tmpl = NULL;
     int r = chat_template_source(model, chat_template, &tmpl_src, &err);

@@ -2,8 +2,9 @@
  *
  * One path for `serve`, `generate`, every benchmark and the tests. --device
  * auto picks CUDA when this build has the backend and device 0 answers,
- * else the CPU (nothing is logged for that choice before the model has
- * loaded, so a bad checkpoint still fails with exactly one line). On CUDA,
+ * else the CPU; the choice and its reason are logged at INFO once the model
+ * has loaded (not before, so a bad checkpoint still fails with exactly one
+ * line). On CUDA,
  * startup follows vLLM's worker: check free memory against
  * --gpu-memory-utilization, load the weights (in the activation dtype), run
  * profiling forwards at the largest shapes the scheduler can produce, size
@@ -278,21 +279,22 @@ fail:
 
 /* Whether to run on CUDA: --device cpu never; cuda or fails saying why not;
  * auto when this build has the backend and device 0 answers. 1 yes, 0 no,
- * -1 error. */
-static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_t *err) {
+ * -1 error. On 0, `why` says why the CPU was chosen (for the INFO line). */
+static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_t *why, sl_err_t *err) {
     memset(info, 0, sizeof *info);
-    if (c->device == ENGINE_DEVICE_CPU) return 0;
+    if (c->device == ENGINE_DEVICE_CPU) return sl_fail(why, "--device cpu"), 0;
 #ifdef SERVELAB_HAVE_CUDA
     sl_err_t probe_err;
     if (cuda_backend_probe(0, info, &probe_err) == 0) return 1;
     if (c->device == ENGINE_DEVICE_CUDA) return sl_fail(err, "%s", probe_err.msg);
-    LOG_DEBUG("--device auto: no usable CUDA device (%s); using the CPU", probe_err.msg);
+    sl_fail(why, "--device auto: no usable CUDA device: %s", probe_err.msg);
     return 0;
 #else
     if (c->device == ENGINE_DEVICE_CUDA)
         return sl_fail(err, "--device cuda: this servelab was built without the CUDA backend (no nvcc at configure "
                        "time, or -DSERVELAB_CUDA=OFF). Hint: rebuild with -DSERVELAB_CUDA=ON, or run with --device "
                        "cpu");
+    sl_fail(why, "--device auto: this servelab was built without the CUDA backend");
     return 0;
 #endif
 }
@@ -305,7 +307,9 @@ engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
     /* A test's own backend runs as given: a device backend (one that can
      * fail) through the CUDA startup only when asked for CUDA. */
     cuda_device_info_t info;
-    int cuda = c.ops ? c.device == ENGINE_DEVICE_CUDA : want_cuda(&c, &info, err);
+    sl_err_t cpu_why;
+    sl_fail(&cpu_why, "a test backend");
+    int cuda = c.ops ? c.device == ENGINE_DEVICE_CUDA : want_cuda(&c, &info, &cpu_why, err);
     if (cuda < 0) return NULL;
 #ifdef SERVELAB_HAVE_CUDA
     if (cuda) {
@@ -318,6 +322,7 @@ engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
     llama_model_t m;
     tokenizer_t *tok;
     if (load_model(&c, &c.load, ops, &m, &tok, err)) return NULL;
+    LOG_INFO("Using device cpu (%s).", cpu_why.msg);
     double t0 = sl_now_s();
     engine_t *e = assemble(&c, &m, tok, err);
     if (e) LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);

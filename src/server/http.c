@@ -12,10 +12,12 @@
 #define _GNU_SOURCE
 #include "http.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "servelab/http_checks.h"
 #include "servelab/metrics.h"
@@ -412,6 +414,62 @@ void server_config_default(server_config_t *c) {
     c->n_threads = 2;
 }
 
+/* The address --host/--port name: NULL sa for all IPv4 interfaces (MHD's
+ * default), else an IPv4/IPv6 literal or "localhost". Fails on other names. */
+typedef struct {
+    struct sockaddr_in v4;
+    struct sockaddr_in6 v6;
+    const struct sockaddr *sa;
+} bind_addr_t;
+
+static int bind_addr_resolve(const server_config_t *cfg, bind_addr_t *b, sl_err_t *err) {
+    memset(b, 0, sizeof *b);
+    if (!cfg->host || !*cfg->host) return 0;
+    if (inet_pton(AF_INET, cfg->host, &b->v4.sin_addr) == 1) {
+        b->v4.sin_family = AF_INET;
+        b->v4.sin_port = htons((uint16_t)cfg->port);
+        b->sa = (const struct sockaddr *)&b->v4;
+    } else if (inet_pton(AF_INET6, cfg->host, &b->v6.sin6_addr) == 1) {
+        b->v6.sin6_family = AF_INET6;
+        b->v6.sin6_port = htons((uint16_t)cfg->port);
+        b->sa = (const struct sockaddr *)&b->v6;
+    } else if (!strcmp(cfg->host, "localhost")) {
+        b->v4.sin_family = AF_INET;
+        b->v4.sin_port = htons((uint16_t)cfg->port);
+        b->v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        b->sa = (const struct sockaddr *)&b->v4;
+    } else {
+        return sl_fail(err, "--host %s: not an IPv4/IPv6 address", cfg->host);
+    }
+    return 0;
+}
+
+/* Binds and listens on the server's address as MHD will (SO_REUSEADDR), then
+ * closes the socket: a busy port or a bad --host is reported before the
+ * model loads rather than after. */
+int server_check_listen(const server_config_t *cfg, sl_err_t *err) {
+    bind_addr_t b;
+    if (bind_addr_resolve(cfg, &b, err)) return -1;
+    if (!b.sa) {
+        b.v4.sin_family = AF_INET;
+        b.v4.sin_port = htons((uint16_t)cfg->port);
+        b.v4.sin_addr.s_addr = htonl(INADDR_ANY);
+        b.sa = (const struct sockaddr *)&b.v4;
+    }
+    socklen_t len = b.sa->sa_family == AF_INET6 ? sizeof b.v6 : sizeof b.v4;
+    int fd = socket(b.sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return sl_fail(err, "cannot create a socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (b.sa->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    int rc = bind(fd, b.sa, len) == 0 && listen(fd, 1) == 0 ? 0 : errno;
+    close(fd);
+    if (rc)
+        return sl_fail(err, "cannot listen on %s:%d: %s", cfg->host && *cfg->host ? cfg->host : "0.0.0.0",
+                       cfg->port, rc == EADDRINUSE ? "address already in use" : strerror(rc));
+    return 0;
+}
+
 server_t *server_start(const server_config_t *cfg, engine_t *engine, const tokenizer_t *tok,
                        const chat_template_t *tmpl, const cJSON *special_tokens, sl_err_t *err) {
     server_t *s = sl_calloc(1, sizeof *s);
@@ -430,32 +488,13 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
     }
     http_metrics_init(s);
 
-    struct sockaddr_in addr4;
-    struct sockaddr_in6 addr6;
-    const struct sockaddr *bind_addr = NULL;
-    if (cfg->host && *cfg->host) {
-        memset(&addr4, 0, sizeof addr4);
-        memset(&addr6, 0, sizeof addr6);
-        if (inet_pton(AF_INET, cfg->host, &addr4.sin_addr) == 1) {
-            addr4.sin_family = AF_INET;
-            addr4.sin_port = htons((uint16_t)cfg->port);
-            bind_addr = (const struct sockaddr *)&addr4;
-        } else if (inet_pton(AF_INET6, cfg->host, &addr6.sin6_addr) == 1) {
-            addr6.sin6_family = AF_INET6;
-            addr6.sin6_port = htons((uint16_t)cfg->port);
-            bind_addr = (const struct sockaddr *)&addr6;
-        } else if (!strcmp(cfg->host, "localhost")) {
-            addr4.sin_family = AF_INET;
-            addr4.sin_port = htons((uint16_t)cfg->port);
-            addr4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            bind_addr = (const struct sockaddr *)&addr4;
-        } else {
-            routes_free(s);
-            free(s);
-            sl_fail(err, "--host %s: not an IPv4/IPv6 address", cfg->host);
-            return NULL;
-        }
+    bind_addr_t ba;
+    if (bind_addr_resolve(cfg, &ba, err)) {
+        routes_free(s);
+        free(s);
+        return NULL;
     }
+    const struct sockaddr *bind_addr = ba.sa;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (bind_addr && bind_addr->sa_family == AF_INET6) flags |= MHD_USE_IPv6;
