@@ -82,7 +82,7 @@ struct option *cli_merge_options(const struct option *own) {
 
 void cli_require_checkpoint(const char *dir) {
     static const char *expected =
-        "expected a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json); "
+        "expected a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model); "
         "make one with: python3 tools/make_model.py --preset small --out models/small";
     struct stat st;
     if (stat(dir, &st) != 0) sl_die("%s: %s; %s", dir, strerror(errno), expected);
