@@ -54,6 +54,37 @@ const char *engine_usage =
     "  [--max-num-seqs 256] [--enforce-eager] [--cuda-graph-sizes N|N,N,...] [--max-seq-len-to-capture 8192]\n"
     "  [--batching continuous|static] [--seed 0] [--threads N] [--skip-warmup]\n";
 
+/* --help's descriptions, vLLM's defaults in parentheses. */
+const char *engine_help =
+    "\nengine flags:\n"
+    "  --device auto|cpu|cuda        where the model runs (auto: CUDA when built with it and a device\n"
+    "                                answers, else the CPU)\n"
+    "  --dtype auto|float32|bfloat16|float16\n"
+    "                                weights and activations (auto: the checkpoint's; on CPU activations\n"
+    "                                stay float32)\n"
+    "  --load-format auto|safetensors|dummy\n"
+    "                                dummy: random weights of the config's shapes (auto)\n"
+    "  --max-model-len N             context limit, 4k accepted (the config's max_position_embeddings)\n"
+    "  --block-size N                KV block size in tokens (16)\n"
+    "  --gpu-memory-utilization F    share of device memory for this instance (0.9)\n"
+    "  --kv-cache-memory-bytes N     KV cache size, 40G accepted (CPU: 4 GiB; CUDA: from the utilization)\n"
+    "  --num-gpu-blocks-override N   exact number of KV blocks (off)\n"
+    "  --[no-]enable-prefix-caching  reuse KV blocks of identical prompt prefixes (on)\n"
+    "  --prefix-caching-hash-algo sha256|xxhash\n"
+    "                                the prefix cache's block hash (sha256)\n"
+    "  --[no-]enable-chunked-prefill split long prompts across steps (on)\n"
+    "  --max-num-batched-tokens N    token budget of one step (2048)\n"
+    "  --max-num-seqs N              sequences per step (256)\n"
+    "  --enforce-eager               no CUDA graphs (off)\n"
+    "  --cuda-graph-sizes N|N,N,...  decode batch sizes captured as CUDA graphs (up to min(2 x\n"
+    "                                max-num-seqs, 512))\n"
+    "  --max-seq-len-to-capture N    longer decode contexts run eagerly (8192)\n"
+    "  --batching continuous|static  static: a new batch only when the last has finished (continuous)\n"
+    "  --seed S                      seeds requests that bring no seed (0)\n"
+    "  --threads N                   CPU threads, the calling one included (the CPUs this process may\n"
+    "                                run on)\n"
+    "  --skip-warmup                 no warm-up forward at startup (off)\n";
+
 int engine_args_handle(engine_config_t *a, int c, const char *v) {
     switch (c) {
     case E_DTYPE:

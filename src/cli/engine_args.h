@@ -22,6 +22,8 @@
 #define ENGINE_OPT_BASE 1000
 extern const struct option engine_long_options[];
 extern const char *engine_usage;
+/* The engine flags described one per line with their defaults, for --help. */
+extern const char *engine_help;
 
 /* Handles getopt code `c` if it is an engine flag: 1 if consumed, 0 if not.
  * Bad values exit 2 with argparse's style of message. */

@@ -30,6 +30,16 @@ static const char *gen_usage =
     "usage: servelab generate MODEL_DIR (--prompt TEXT [--prompt TEXT ...] | --prompts-file FILE.jsonl)\n"
     "                         [--max-tokens N] [--temperature T] [--ignore-eos] [--json] [engine flags]\n";
 
+/* --help's descriptions, defaults in parentheses. */
+static const char *gen_help =
+    "\ngenerate flags:\n"
+    "  --prompt TEXT                 a prompt; repeat for several (each seeded --seed + its index)\n"
+    "  --prompts-file FILE.jsonl     one {\"prompt\": ..., vLLM sampling fields...} object per line\n"
+    "  --max-tokens N                tokens to generate per --prompt (16)\n"
+    "  --temperature T               0: greedy (1.0)\n"
+    "  --ignore-eos                  keep generating past EOS (off)\n"
+    "  --json                        one JSON object per prompt per line, instead of the text (off)\n";
+
 typedef struct {
     char *prompt;
     sampling_params_t params;
@@ -197,7 +207,7 @@ int cli_generate(int argc, char **argv) {
         case O_TEMP: temperature = (float)cli_parse_double("--temperature", optarg, 0.0, 1e6); break;
         case O_IGNORE_EOS: ignore_eos = true; break;
         case O_JSON: json = true; break;
-        case 'h': printf("%s%s", gen_usage, engine_usage); free(opts); free(prompts); return 0;
+        case 'h': printf("%s%s%s%s", gen_usage, engine_usage, gen_help, engine_help); free(opts); free(prompts); return 0;
         default: cli_usage_error(gen_usage, "unrecognized or incomplete argument: %s", argv[optind - 1]);
         }
     }

@@ -40,6 +40,26 @@ static const char *serve_usage =
     "                      [--request-header-timeout S] [--request-body-timeout S]\n"
     "                      [--disable-log-stats] [engine flags]\n";
 
+/* --help's descriptions, defaults in parentheses. */
+static const char *serve_help =
+    "\nserver flags:\n"
+    "  --host H                      listen address (all interfaces)\n"
+    "  --port P                      listen port (8000)\n"
+    "  --served-model-name NAME      the model name clients send; repeat for aliases (MODEL_DIR)\n"
+    "  --api-key KEY                 required as Authorization: Bearer KEY on /v1/*; repeat for several\n"
+    "                                (VLLM_API_KEY; none)\n"
+    "  --chat-template PATH_OR_INLINE\n"
+    "                                override the checkpoint's chat template\n"
+    "  --generation-config auto|vllm|DIR\n"
+    "                                sampling defaults from generation_config.json, or none (auto)\n"
+    "  --enable-log-requests         vLLM's Received request / Aborted request lines (off)\n"
+    "  --max-log-len N               prompts in those lines cut to N (no limit)\n"
+    "  --max-request-bytes N         larger bodies get 413 (32 MiB)\n"
+    "  --max-waiting-requests N      503 with Retry-After when N requests already wait (off)\n"
+    "  --request-header-timeout S    a request's line and headers must arrive within S s; 0: no limit (60)\n"
+    "  --request-body-timeout S      its body within S s after its headers; 0: no limit (60)\n"
+    "  --disable-log-stats           no periodic stats line and no vllm:* metrics (off)\n";
+
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
@@ -134,7 +154,7 @@ int cli_serve(int argc, char **argv) {
             break;
         case O_BODY_TIMEOUT: sc.body_timeout_s = cli_parse_double("--request-body-timeout", optarg, 0, 86400); break;
         case O_NOSTATS: log_stats = false; break;
-        case 'h': printf("%s%s", serve_usage, engine_usage); free(opts); return 0;
+        case 'h': printf("%s%s%s%s", serve_usage, engine_usage, serve_help, engine_help); free(opts); return 0;
         default: unknown_flag(opts, argv[optind - 1]);
         }
     }

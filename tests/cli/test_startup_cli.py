@@ -4,7 +4,8 @@
 Each mistake must be refused quickly with one precise `servelab: error: ...`
 line and exit 1 (or, for --help, print usage and exit 0): a busy --port, an
 unreadable --prompts-file, a MODEL_DIR that is not a checkpoint. Also checks
-that the chosen device is logged at INFO and that usage lists every command.
+that the chosen device is logged at INFO, that usage lists every command, and
+that serve --help and generate --help describe every flag with its default.
 Prints one line per check and "N passed, N failed".
 """
 import argparse
@@ -96,6 +97,18 @@ def main():
           res.returncode == 1 and took < FAST_S and len(lines) == 1 and
           lines[0].startswith("servelab: error: --prompts-file /nonexistent/prompts.jsonl: cannot open"),
           "\n".join(lines)[-400:])
+
+    # serve --help and generate --help describe every flag their usage lists: each flag starts
+    # a line of the descriptions below the usage (the usage's own lines do not count).
+    import re
+    for cmd in ("serve", "generate"):
+        res, _ = run([sl, cmd, "--help"], timeout=30)
+        usage, _, described = res.stdout.partition("\n\n")
+        flags = sorted(set(re.findall(r"--(?:\[no-\])?[a-z][a-z0-9-]*", usage)))
+        starts = {m.group(1) for m in re.finditer(r"^  (--(?:\[no-\])?[a-z][a-z0-9-]*)", described, re.M)}
+        missing = [f for f in flags if f not in starts]
+        check(f"{cmd} --help describes each of its {len(flags)} flags", res.returncode == 0 and len(flags) > 20
+              and not missing, f"not described: {missing}")
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
