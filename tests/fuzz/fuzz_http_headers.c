@@ -18,6 +18,7 @@
 #include "servelab/http_checks.h"
 #include "servelab/openai.h"
 #include "servelab/request.h"
+#include "stub_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -42,38 +43,9 @@ int tok_piece_bytes(const tokenizer_t *t, int32_t id, char *buf, size_t cap) {
     abort();
 }
 
-static int stub_encode(void *user, const char *text, size_t len, bool add_special, int32_t **ids_out,
-                       sl_err_t *err) {
-    (void)user, (void)err;
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    int n = 0;
-    if (add_special) ids[n++] = 1;
-    for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)text[i] + 3;
-    *ids_out = ids;
-    return n;
-}
-
-static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
-    (void)user, (void)ids, (void)n, (void)skip_special;
-    *len_out = 0;
-    return sl_strdup("");
-}
-
-static bool utf8_ok(const char *s) {
-    const unsigned char *u = (const unsigned char *)s;
-    while (*u) {
-        int k = *u < 0x80 ? 0 : *u >= 0xC2 && *u <= 0xDF ? 1 : (*u & 0xF0) == 0xE0 ? 2 : *u >= 0xF0 && *u <= 0xF4 ? 3 : -1;
-        if (k < 0) return false;
-        for (int j = 1; j <= k; j++)
-            if ((u[j] & 0xC0) != 0x80) return false;
-        u += k + 1;
-    }
-    return true;
-}
-
 /* Aborts unless `json` parses and its "id" is exactly `id`. */
 static void expect_id(const char *json, size_t len, const char *id) {
-    if (!json || !utf8_ok(json)) abort();
+    if (!json || !stub_utf8_valid(json)) abort();
     cJSON *root = cJSON_ParseWithLength(json, len);
     const cJSON *got = cJSON_GetObjectItemCaseSensitive(root, "id");
     if (!cJSON_IsString(got) || strcmp(got->valuestring, id) != 0) abort();
@@ -85,14 +57,14 @@ static void fuzz_request_id(const char *value, size_t n) {
     static const char body[] =
         "{\"prompt\":\"x\",\"max_tokens\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
     oai_ctx_t ctx = {.tok = {NULL, stub_encode, stub_decode, NULL}, .served_model_names = names,
-                     .n_served_model_names = 1, .max_model_len = 64, .max_logprobs = 20, .vocab_size = 259};
+                     .n_served_model_names = 1, .max_model_len = 64, .max_logprobs = 20, .vocab_size = STUB_VOCAB};
     oai_request_t req;
     oai_error_t e;
     if (oai_request_parse(&ctx, OAI_COMPLETION, body, sizeof body - 1, &req, &e)) abort();
 
     char *u = http_latin1_to_utf8(value, n);
     char *id = oai_response_id("chatcmpl", u, NULL, 1, 2);
-    if (!utf8_ok(id)) abort();
+    if (!stub_utf8_valid(id)) abort();
     oai_acc_t *acc = oai_acc_new(&req);
     size_t len;
     char *full = oai_acc_body(acc, &ctx, id, 0, &len);
@@ -101,7 +73,7 @@ static void fuzz_request_id(const char *value, size_t n) {
     char *chunk = oai_stream_usage(st, &len);
     expect_id(chunk, len, id);
     char *log = http_log_escape(id, strlen(id));
-    if (!utf8_ok(log)) abort();
+    if (!stub_utf8_valid(log)) abort();
     for (const unsigned char *c = (const unsigned char *)log; *c; c++)
         if (*c < 0x20 || *c == 0x7F || (c[0] == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F)) abort();
     (void)http_request_id_echo_ok(value);

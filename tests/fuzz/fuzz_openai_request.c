@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "servelab/openai.h"
+#include "stub_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,43 +28,6 @@ static const char *TINY_TEMPLATE =
     "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
     "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif "
     "message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
-
-#define V 259
-
-static int stub_encode(void *user, const char *text, size_t len, bool add_special, int32_t **ids_out,
-                       sl_err_t *err) {
-    (void)user;
-    (void)err;
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    int n = 0;
-    if (add_special) ids[n++] = 1;
-    for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)text[i] + 3;
-    *ids_out = ids;
-    return n;
-}
-
-static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
-    (void)user;
-    char *s = malloc(n + 1), *p = s;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] >= 3 && ids[i] < V) *p++ = (char)(ids[i] - 3);
-        else if (!skip_special) *p++ = '?';
-    *p = 0;
-    if (len_out) *len_out = (size_t)(p - s);
-    return s;
-}
-
-static bool utf8_ok(const char *s) {
-    const unsigned char *u = (const unsigned char *)s;
-    while (*u) {
-        int k = *u < 0x80 ? 0 : (*u & 0xE0) == 0xC0 ? 1 : (*u & 0xF0) == 0xE0 ? 2 : (*u & 0xF8) == 0xF0 ? 3 : -1;
-        if (k < 0) return false;
-        for (int j = 1; j <= k; j++)
-            if ((u[j] & 0xC0) != 0x80) return false;
-        u += k + 1;
-    }
-    return true;
-}
 
 /* True when the body holds a byte below 0x20 that JSON allows nowhere, in or
  * out of strings (the raw-body scan must have refused it). */
@@ -93,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ctx.n_served_model_names = 2;
     ctx.max_model_len = 8 + 16 * (data[0] >> 3);
     ctx.max_logprobs = 20;
-    ctx.vocab_size = V;
+    ctx.vocab_size = STUB_VOCAB;
     ctx.gen.max_new_tokens = (data[0] & 8) ? 5 : 0;
     oai_kind_t kind = (oai_kind_t)(data[0] & 3);
 
@@ -103,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = oai_request_parse(&ctx, kind, (const char *)data + 1, size - 1, &r, &err);
     if (rc != 0) {
         if (rc != -1 || (err.status != 400 && err.status != 404) || !err.type || !err.message[0] ||
-            !utf8_ok(err.message) || !utf8_ok(err.param) || r.n_prompts != 0)
+            !stub_utf8_valid(err.message) || !stub_utf8_valid(err.param) || r.n_prompts != 0)
             abort();
         oai_request_free(&r);
         return 0;
@@ -112,13 +76,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int32_t i = 0; i < r.n_prompts; i++) {
         const oai_prompt_t *p = &r.prompts[i];
         for (int32_t k = 0; k < p->n_ids; k++)
-            if (p->ids[k] < 0 || p->ids[k] >= V) abort();
+            if (p->ids[k] < 0 || p->ids[k] >= STUB_VOCAB) abort();
         if (!p->text || strlen(p->text) > p->text_len) abort();
         if (kind == OAI_CHAT || kind == OAI_COMPLETION) {
             if (p->n_ids < 1 || p->max_tokens < 1 || p->n_ids + p->max_tokens > ctx.max_model_len) abort();
             sampling_params_t sp = oai_request_params(&r, i);
             sl_err_t e;
-            if (sampling_params_validate(&sp, V, &e) != 0) abort();
+            if (sampling_params_validate(&sp, STUB_VOCAB, &e) != 0) abort();
             if (sp.n < 1 || sp.n > OAI_DEFAULT_MAX_N || sp.logprobs > 20) abort();
         }
     }

@@ -13,20 +13,8 @@
 
 #include "servelab/http_checks.h"
 #include "servelab/openai.h"
+#include "stub_tokenizer.h"
 #include "test.h"
-
-static bool utf8_valid(const char *s) {
-    const unsigned char *u = (const unsigned char *)s;
-    while (*u) {
-        int k = *u < 0x80 ? 0 : (*u & 0xE0) == 0xC0 && *u >= 0xC2 ? 1 : (*u & 0xF0) == 0xE0 ? 2
-                : (*u & 0xF8) == 0xF0 && *u <= 0xF4 ? 3 : -1;
-        if (k < 0) return false;
-        for (int j = 1; j <= k; j++)
-            if ((u[j] & 0xC0) != 0x80) return false;
-        u += k + 1;
-    }
-    return true;
-}
 
 static bool has_control(const char *s) {
     for (const unsigned char *u = (const unsigned char *)s; *u; u++)
@@ -52,27 +40,10 @@ static void test_request_id_keeps_quotes_backslashes_and_controls(void) {
     free(s);
 }
 
-static int stub_encode(void *user, const char *text, size_t len, bool add_special, int32_t **ids_out,
-                       sl_err_t *err) {
-    (void)user, (void)err;
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    int n = 0;
-    if (add_special) ids[n++] = 1;
-    for (size_t i = 0; i < len; i++) ids[n++] = (unsigned char)text[i] + 3;
-    *ids_out = ids;
-    return n;
-}
-
-static char *stub_decode(void *user, const int32_t *ids, size_t n, bool skip_special, size_t *len_out) {
-    (void)user, (void)ids, (void)n, (void)skip_special;
-    *len_out = 0;
-    return sl_strdup("");
-}
-
 /* The "id" of `json` parsed back by cJSON (malloc'd), or NULL when `json` is not
  * valid JSON or UTF-8 or has no string id. */
 static char *parsed_id(const char *json, size_t len) {
-    if (!json || !utf8_valid(json)) return NULL;
+    if (!json || !stub_utf8_valid(json)) return NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     char *back = cJSON_IsString(id) ? sl_strdup(id->valuestring) : NULL;
@@ -85,7 +56,7 @@ static char *parsed_id(const char *json, size_t len) {
 static bool id_survives_json(const char *id) {
     static const char *names[] = {"tiny"};
     oai_ctx_t ctx = {.tok = {NULL, stub_encode, stub_decode, NULL}, .served_model_names = names,
-                     .n_served_model_names = 1, .max_model_len = 64, .max_logprobs = 20, .vocab_size = 259};
+                     .n_served_model_names = 1, .max_model_len = 64, .max_logprobs = 20, .vocab_size = STUB_VOCAB};
     static const char body[] =
         "{\"prompt\":\"x\",\"max_tokens\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
     oai_request_t req;
@@ -109,7 +80,7 @@ static void test_hostile_request_id_gives_valid_json_with_the_same_id(void) {
     const char raw[] = "\xff\xfe\"}\\u0000\\\x01\x1f\x7f\x9b<end>";
     char *u = http_latin1_to_utf8(raw, sizeof raw - 1);
     char *id = oai_response_id("chatcmpl", u, NULL, 1, 2);
-    CHECK(utf8_valid(id));
+    CHECK(stub_utf8_valid(id));
     CHECK(id_survives_json(id));
     free(id);
     free(u);
@@ -120,7 +91,7 @@ static void test_ten_kilobyte_request_id_is_kept_whole(void) {
     for (int i = 0; i < 10240; i++) raw[i] = (char)(0x80 + i % 128);
     char *u = http_latin1_to_utf8(raw, 10240);
     CHECK_EQ_INT(strlen(u), 20480);
-    CHECK(utf8_valid(u));
+    CHECK(stub_utf8_valid(u));
     char *id = oai_response_id("cmpl", u, NULL, 1, 2);
     CHECK(id_survives_json(id));
     free(id);
@@ -164,7 +135,7 @@ static void test_random_header_bytes_give_valid_ids_json_and_logs(void) {
         char *u = http_latin1_to_utf8(raw, n);
         char *id = oai_response_id("cmpl", u, NULL, 1, 2);
         char *log = http_log_escape(id, strlen(id));
-        bool ok = utf8_valid(id) && id_survives_json(id) && utf8_valid(log) && !has_control(log);
+        bool ok = stub_utf8_valid(id) && id_survives_json(id) && stub_utf8_valid(log) && !has_control(log);
         if (!ok) {
             fprintf(stderr, "  iteration %d fails\n", iter);
             CHECK(ok);
