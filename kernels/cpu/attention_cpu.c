@@ -73,5 +73,5 @@ void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
     SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0);
     attn_args_t a = {out, q, kc, vc, positions, query_start, block_tables, S, max_blocks, H, Hkv, D, B, scale};
     /* The work is about T * H * D * (context): bound the context by the block tables. */
-    cpu_parallel_for(T * H * D * max_blocks * B, T * H, attention_items, &a);
+    cpu_parallel_for(T * H * D * max_blocks * B, T * H, 0, attention_items, &a);
 }

@@ -4,7 +4,7 @@
  * slice of the weight matrix once per tile of tokens. At T == 1 (decode) the
  * op is a GEMV bound by memory bandwidth: BF16 weights are widened inside the
  * dot product, never copied. For T > 1 a weight row is widened once into the
- * chunk's buffer and reused for a tile of tokens, four tokens per pass.
+ * worker's buffer and reused for a tile of tokens, four tokens per pass.
  * Dot products are `omp simd` reductions (vector partial sums), and the hot
  * functions are cloned for AVX2 with a plain x86-64 fallback picked at
  * load time, so one binary runs everywhere.
@@ -96,24 +96,29 @@ typedef struct {
     const void *w;
     sl_dtype_t dt;
     int64_t T, N, K;
+    float *rows; /* (workers, K) widened weight rows, one per worker; NULL when none is widened */
 } linear_args_t;
 
 /* A chunk of output features, for every tile of tokens. */
 static void linear_chunk(void *arg, int64_t n0, int64_t n1, int worker) {
-    (void)worker;
     const linear_args_t *a = arg;
-    bool widen = a->dt != DTYPE_F32 && !(a->T == 1 && a->dt == DTYPE_BF16);
-    float *row = widen ? sl_malloc((size_t)a->K * sizeof(float)) : NULL;
+    float *row = a->rows ? a->rows + (size_t)worker * (size_t)a->K : NULL;
     for (int64_t t0 = 0; t0 < a->T; t0 += LINEAR_TILE_T) {
         int64_t t1 = t0 + LINEAR_TILE_T < a->T ? t0 + LINEAR_TILE_T : a->T;
         linear_rows(a->out, a->in, a->w, a->dt, t0, t1, n0, n1, a->N, a->K, row);
     }
-    free(row);
 }
 
 void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
                 int64_t K) {
     SL_ASSERT(dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16);
-    linear_args_t a = {out, in, w, dt, T, N, K};
-    cpu_parallel_for(T * N * K, N, linear_chunk, &a);
+    /* 16-bit weights are widened a row at a time into the worker's buffer,
+     * except in a bf16 GEMV (T == 1), whose dot product widens in registers.
+     * One allocation per op, not per chunk, for at most nt workers. */
+    bool widen = dt != DTYPE_F32 && !(T == 1 && dt == DTYPE_BF16);
+    int nt = parallel_n_threads();
+    linear_args_t a = {out, in, w, dt, T, N, K, NULL};
+    if (widen) a.rows = sl_malloc((size_t)nt * (size_t)K * sizeof(float));
+    cpu_parallel_for(T * N * K, N, nt, linear_chunk, &a);
+    free(a.rows);
 }

@@ -30,7 +30,7 @@ static void embed_rows(void *arg, int64_t t0, int64_t t1, int worker) {
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
                int64_t T) {
     embed_args_t a = {out, table, dt, n, ids};
-    cpu_parallel_for(T * n, T, embed_rows, &a);
+    cpu_parallel_for(T * n, T, 0, embed_rows, &a);
 }
 
 typedef struct {
@@ -64,7 +64,7 @@ static void rmsnorm_rows(void *arg, int64_t t0, int64_t t1, int worker) {
 void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
                  float eps) {
     rmsnorm_args_t a = {out, in, w, dt, n, eps};
-    cpu_parallel_for(T * n, T, rmsnorm_rows, &a);
+    cpu_parallel_for(T * n, T, 0, rmsnorm_rows, &a);
 }
 
 typedef struct {
@@ -100,7 +100,7 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int worker) {
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale) {
     rope_args_t a = {q, k, positions, H, Hkv, D, theta, scale};
-    cpu_parallel_for(T * (D / 2) * (H + Hkv) * 8, T, rope_rows, &a);
+    cpu_parallel_for(T * (D / 2) * (H + Hkv) * 8, T, 0, rope_rows, &a);
 }
 
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
@@ -127,7 +127,7 @@ static void silu_mul_range(void *arg, int64_t i0, int64_t i1, int worker) {
 
 void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n) {
     silu_mul_args_t a = {out, g, u};
-    cpu_parallel_for(n * 8, n, silu_mul_range, &a);
+    cpu_parallel_for(n * 8, n, 0, silu_mul_range, &a);
 }
 
 typedef struct {
@@ -143,7 +143,7 @@ static void add_range(void *arg, int64_t i0, int64_t i1, int worker) {
 
 void cpu_add(float *x, const float *y, int64_t n) {
     add_args_t a = {x, y};
-    cpu_parallel_for(n, n, add_range, &a);
+    cpu_parallel_for(n, n, 0, add_range, &a);
 }
 
 void cpu_gather_rows(float *out, const float *in, const int32_t *idx, int64_t S, int64_t n) {

@@ -24,9 +24,10 @@
  * is computed the same way either way. */
 #define CPU_PAR_MIN_WORK ((int64_t)1 << 15)
 
-/* fn over [0, n): on the pool when `work` reaches CPU_PAR_MIN_WORK, else here. */
-static inline void cpu_parallel_for(int64_t work, int64_t n, parallel_fn_t fn, void *arg) {
-    if (work >= CPU_PAR_MIN_WORK) parallel_for(n, 0, fn, arg);
+/* fn over [0, n): on at most max_threads of the pool (<= 0: all) when `work`
+ * reaches CPU_PAR_MIN_WORK, else here. */
+static inline void cpu_parallel_for(int64_t work, int64_t n, int max_threads, parallel_fn_t fn, void *arg) {
+    if (work >= CPU_PAR_MIN_WORK) parallel_for(n, max_threads, fn, arg);
     else fn(arg, 0, n, 0);
 }
 

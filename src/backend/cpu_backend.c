@@ -125,7 +125,7 @@ static void op_sample(void *ctx, const float *logits, int64_t n, int64_t V, cons
                       const int32_t *ids, const float *bias, int64_t n_ids, sample_result_t *out) {
     (void)ctx, (void)n_ids;
     sample_args_t a = {logits, V, rows, ids, bias, out};
-    cpu_parallel_for(n * V, n, sample_rows, &a);
+    cpu_parallel_for(n * V, n, 0, sample_rows, &a);
 }
 
 static const sl_ops_t cpu_ops = {
