@@ -54,6 +54,11 @@
  * Next steps for speed: cp.async double-buffered K/V (the tensor-core kernel
  * waits on each tile's loads), mma.sync with ldmatrix and P kept in
  * registers (no S / P round trip through shared memory), then wgmma on sm_90a.
+ * The mma.sync route is also the fix for bf16's fragment loads, which ptxas
+ * turns into generic loads (LD.E) where f16 gets LDSM: loading bf16 through
+ * the f16 fragment and copying the bits is not an option, since the two
+ * fragments differ (PTX: an m16n16k16 f16 A fragment is 8 .f16x2 registers
+ * per thread, a bf16 one 4 .b32).
  */
 #include <math.h>
 #include <mma.h>
