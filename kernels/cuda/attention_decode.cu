@@ -9,7 +9,11 @@
  * the sequence's context of n_ctx = positions[t] + 1 tokens, as
  * attn_decode_split cuts it (attention_plan.h: whole 64-token tiles, about
  * target_parts partitions, from the sequence's own length and the plan; a
- * block past the last partition returns at once). Each K and V row is read
+ * block past the last partition returns at once). The cut depends on the
+ * sequence's own length, S and the SM count, not on the other sequences'
+ * lengths (nor on max_seq_len, unless the context exceeds it): a sequence's
+ * result is deterministic for a given batch size and device, and may differ
+ * in its last bits between batch sizes. Each K and V row is read
  * from memory once for all GT heads. A partition is walked in tiles of 64
  * tokens with an online softmax whose running max / sum are per head and
  * block-wide. The tile's 64 cache slots are looked up once, into shared
