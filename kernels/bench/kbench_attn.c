@@ -119,7 +119,7 @@ static int attn_meta(attn_setup_t *s, const int32_t *pos, const int32_t *qs, con
     KB_CUDA(cudaMemcpy((void *)a->meta.positions, pos, (size_t)T * sizeof *pos, cudaMemcpyHostToDevice));
     KB_CUDA(cudaMemcpy((void *)a->meta.query_start, qs, (size_t)(S + 1) * sizeof *qs, cudaMemcpyHostToDevice));
     KB_CUDA(cudaMemcpy((void *)a->meta.seq_lens, sl, (size_t)S * sizeof *sl, cudaMemcpyHostToDevice));
-    a->ws_bytes = slk_attention_workspace_bytes(&a->meta, a->H, a->D);
+    a->ws_bytes = slk_attention_workspace_bytes(&a->meta, a->H, a->Hkv, a->D);
     if (a->ws_bytes) {
         a->ws = s->ptrs[8] = kb_try_alloc(a->ws_bytes);
         if (!a->ws) return -1;

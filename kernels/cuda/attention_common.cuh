@@ -50,11 +50,17 @@ __device__ __forceinline__ uint32_t f2_to_u32(float a, float b, const __half *) 
     return u;
 }
 
-/* Loads 16 bytes at p (16-byte aligned) as Vec<T>::N floats. Read-only path:
- * the KV cache and q never change during the kernel. */
+/* Loads 16 bytes at p (16-byte aligned), unconverted, through the read-only
+ * path: the KV cache and q never change during the kernel. Split from the
+ * conversion so that a kernel can issue many loads before it needs any. */
 template <typename T>
-__device__ __forceinline__ void load16(const T *__restrict__ p, float *f) {
-    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+__device__ __forceinline__ uint4 ldg16(const T *__restrict__ p) {
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+}
+
+/* The 16 bytes u of T as Vec<T>::N floats. */
+template <typename T>
+__device__ __forceinline__ void unpack16(uint4 u, float *f) {
     if constexpr (sizeof(T) == 4) {
         f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y);
         f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
@@ -65,6 +71,12 @@ __device__ __forceinline__ void load16(const T *__restrict__ p, float *f) {
         f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
         f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
     }
+}
+
+/* Loads 16 bytes at p (16-byte aligned) as Vec<T>::N floats. */
+template <typename T>
+__device__ __forceinline__ void load16(const T *__restrict__ p, float *f) {
+    unpack16<T>(ldg16(p), f);
 }
 
 /* Stores Vec<T>::N floats as 16 bytes of T at p (16-byte aligned). */

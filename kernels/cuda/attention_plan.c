@@ -4,10 +4,17 @@
  * every build (and into servelab_cuda, which needs it too) and unit-tested on
  * the CPU.
  *
- * Choices: a decode partition is 512 tokens (one block then streams 512 K and
- * V rows per head group, 128 KB at D=128 bf16: long enough to hide the
- * partition's fixed cost, short enough that a single 4k-token sequence still
- * spreads over 8 blocks per KV head). The decode head tile is the group size
+ * Choices: decode is bound by reading the KV cache, so it needs blocks on
+ * every SM: the context is split into partitions until partitions x KV-head
+ * tiles x S >= 2 x the SM count (a 4k context at S = 1, Hkv = 8 on 132 SMs:
+ * 33 wanted, 32 partitions of 128 tokens), with partitions of whole 64-token
+ * tiles and at most 1024 tokens (so one long context among short ones is
+ * spread over blocks too). The grid along the partitions is capped at 16
+ * blocks per SM (or the target, if more), and blocks loop over partitions
+ * beyond it: a graph captured for a long max_seq_len launches no thousands
+ * of blocks with nothing to do. The split depends on S and the SM count,
+ * so a sequence's fp32 partial sums (and its last bits) may differ between
+ * batch sizes; for a given plan it is deterministic. The decode head tile is the group size
  * rounded up to a power of two, capped at 8, so one block reads each K/V row
  * once for up to 8 query heads. The FMA prefill's (f32) tiles keep its
  * fp32 shared-memory tiles (Q, K, V, P) at 43-104 KB and a thread's
@@ -29,29 +36,50 @@
 
 int attn_plan_supports_head_dim(int64_t D) { return D == 32 || D == 64 || D == 128 || D == 256; }
 
-int64_t attn_plan_n_parts(int64_t max_seq_len) {
-    if (max_seq_len <= ATTN_DECODE_PARTITION) return 1;
-    return (max_seq_len + ATTN_DECODE_PARTITION - 1) / ATTN_DECODE_PARTITION;
+int64_t attn_plan_head_tile(int64_t group) {
+    int64_t tile = 1;
+    while (tile < group && tile < ATTN_DECODE_MAX_HEADS) tile *= 2;
+    return tile;
+}
+
+int64_t attn_plan_target_parts(int64_t S, int64_t n_kv_tiles, int64_t n_sms) {
+    if (S < 1 || n_kv_tiles < 1) return 1;
+    if (n_sms < 1) n_sms = 1;
+    int64_t blocks = (int64_t)ATTN_DECODE_BLOCKS_PER_SM * n_sms, per_part = n_kv_tiles * S;
+    int64_t t = (blocks + per_part - 1) / per_part;
+    return t < 1 ? 1 : t;
+}
+
+int64_t attn_plan_n_parts(int64_t max_seq_len, int64_t target_parts) {
+    if (max_seq_len < 1) return 1;
+    int64_t n_tiles = (max_seq_len + ATTN_DECODE_TILE - 1) / ATTN_DECODE_TILE;
+    int64_t by_max = (max_seq_len + ATTN_DECODE_PARTITION_MAX - 1) / ATTN_DECODE_PARTITION_MAX;
+    int64_t n = target_parts < n_tiles ? target_parts : n_tiles;
+    if (n < by_max) n = by_max;
+    return n < 1 ? 1 : n;
 }
 
 size_t attn_plan_workspace_bytes(int64_t S, int64_t max_seq_len, int64_t max_query_len, int64_t H,
-                                 int64_t D) {
-    if (max_query_len != 1 || S < 1 || H < 1 || !attn_plan_supports_head_dim(D)) return 0;
-    int64_t n_parts = attn_plan_n_parts(max_seq_len);
+                                 int64_t Hkv, int64_t D, int64_t n_sms) {
+    if (max_query_len != 1 || S < 1 || H < 1 || Hkv < 1 || H % Hkv != 0 || !attn_plan_supports_head_dim(D))
+        return 0;
+    int64_t group = H / Hkv, tile = attn_plan_head_tile(group);
+    int64_t n_kv_tiles = Hkv * ((group + tile - 1) / tile);
+    int64_t n_parts = attn_plan_n_parts(max_seq_len, attn_plan_target_parts(S, n_kv_tiles, n_sms));
     if (n_parts == 1) return 0;
     /* o: D floats, m and l: one float each, per (sequence, query head, partition) */
     return (size_t)S * (size_t)H * (size_t)n_parts * (size_t)(D + 2) * sizeof(float);
 }
 
 /* Layout (attention_decode.cu): 128 bytes of per-head stats (m, l, alpha of
- * up to 8 heads), ATTN_DECODE_TILE int64 slots, then a union of
+ * up to 8 heads), two buffers of ATTN_DECODE_TILE int64 slots, then a union of
  * {q (head_tile, D) + p (ATTN_DECODE_TILE, head_tile)} during the loop and
  * the cross-thread reduction buffer (ATTN_THREADS, head_tile, vec) after it. */
 size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec) {
     int64_t loop = head_tile * D + (int64_t)ATTN_DECODE_TILE * head_tile;
     int64_t red = (int64_t)ATTN_THREADS * head_tile * vec;
     int64_t uni = loop > red ? loop : red;
-    return 128 + (size_t)ATTN_DECODE_TILE * 8 + (size_t)uni * sizeof(float);
+    return 128 + 2 * (size_t)ATTN_DECODE_TILE * 8 + (size_t)uni * sizeof(float);
 }
 
 /* Layout (attention_prefill.cu): fp32 q (BQ, D+4), k (BK, D+4), v (BK, D),
@@ -71,7 +99,7 @@ size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t 
 }
 
 int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
-                   int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes) {
+                   int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes, int64_t n_sms) {
     memset(p, 0, sizeof *p);
     if (T < 1 || S < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return -1;
     if (!attn_plan_supports_head_dim(D) || (elem_bytes != 2 && elem_bytes != 4)) return -1;
@@ -83,11 +111,16 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->path = max_query_len == 1 ? ATTN_PATH_DECODE : ATTN_PATH_PREFILL;
 
     /* decode */
-    p->n_parts = attn_plan_n_parts(max_seq_len);
-    p->head_tile = 1;
-    while (p->head_tile < p->group && p->head_tile < ATTN_DECODE_MAX_HEADS) p->head_tile *= 2;
+    p->n_sms = n_sms < 1 ? 1 : n_sms;
+    p->head_tile = attn_plan_head_tile(p->group);
     p->n_head_tiles = (p->group + p->head_tile - 1) / p->head_tile;
-    p->decode_grid[0] = p->n_parts;
+    p->target_parts = attn_plan_target_parts(S, Hkv * p->n_head_tiles, p->n_sms);
+    p->n_parts = attn_plan_n_parts(max_seq_len, p->target_parts);
+    /* the cap: blocks beyond ATTN_DECODE_GRID_PER_SM per SM loop instead */
+    int64_t cap = attn_plan_target_parts(S, Hkv * p->n_head_tiles,
+                                         p->n_sms * (ATTN_DECODE_GRID_PER_SM / ATTN_DECODE_BLOCKS_PER_SM));
+    if (cap < p->target_parts) cap = p->target_parts;
+    p->decode_grid[0] = p->n_parts < cap ? p->n_parts : cap;
     p->decode_grid[1] = Hkv * p->n_head_tiles;
     p->decode_grid[2] = S;
     p->decode_smem_bytes = attn_plan_decode_smem_bytes(p->head_tile, D, p->vec);
@@ -125,10 +158,10 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
                                           : attn_plan_prefill_smem_bytes(p->q_tile, p->kv_tile, D);
 
     if (p->path == ATTN_PATH_DECODE) {
-        if (p->decode_grid[1] > ATTN_MAX_GRID_YZ || p->decode_grid[0] > INT32_MAX) return -1;
+        if (p->decode_grid[1] > ATTN_MAX_GRID_YZ || p->n_parts > INT32_MAX) return -1;
         if (p->decode_smem_bytes > ATTN_MAX_SMEM_BYTES || p->reduce_smem_bytes > ATTN_MAX_SMEM_BYTES)
             return -1;
-        p->workspace_bytes = attn_plan_workspace_bytes(S, max_seq_len, max_query_len, H, D);
+        p->workspace_bytes = attn_plan_workspace_bytes(S, max_seq_len, max_query_len, H, Hkv, D, p->n_sms);
     } else {
         if (p->prefill_grid[0] > INT32_MAX || p->prefill_smem_bytes > ATTN_MAX_SMEM_BYTES) return -1;
         p->workspace_bytes = 0;

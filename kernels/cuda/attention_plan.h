@@ -5,9 +5,11 @@
  * (tests/unit/test_attention_plan.c) and shared by the two kernels:
  *   - the path: decode (every sequence has one query token, i.e.
  *     max_query_len == 1) or varlen prefill (anything else, mixed batches too);
- *   - decode: partitions of ATTN_DECODE_PARTITION context tokens, the GQA
- *     head tile (query heads of one KV head computed by one block), grids,
- *     shared memory and the workspace of fp32 partials;
+ *   - decode: how many partitions the context is split into (enough blocks
+ *     for the device's SMs, see attn_plan_target_parts), the GQA head tile
+ *     (query heads of one KV head computed by one block), grids, shared
+ *     memory and the workspace of fp32 partials; attn_decode_split, shared
+ *     with the kernels, cuts one sequence's context into partitions;
  *   - prefill: the kernel (tensor cores for bf16 / f16, fp32 FMA for f32),
  *     query tile / KV tile sizes by head dim, grid, shared memory.
  * The kernels (attention_decode.cu, attention_prefill.cu) lay out their
@@ -23,8 +25,16 @@
 extern "C" {
 #endif
 
-/* Context tokens per decode partition (one block's share of a sequence). */
-#define ATTN_DECODE_PARTITION 512
+/* Most context tokens per decode partition (one block's share of a
+ * sequence): a longer context is split into more partitions, so that one
+ * long sequence among short ones is not streamed by a handful of blocks. */
+#define ATTN_DECODE_PARTITION_MAX 1024
+/* The decode split aims at partitions x KV-head tiles x S >= this many blocks
+ * per SM, where the contexts are long enough (one tile per partition at least). */
+#define ATTN_DECODE_BLOCKS_PER_SM 2
+/* The decode grid has at most this many blocks per SM (or the target above, if
+ * more) along the partitions; a block loops over partitions past the grid. */
+#define ATTN_DECODE_GRID_PER_SM 16
 /* Threads of every attention kernel. */
 #define ATTN_THREADS 128
 /* Tokens per step of the decode kernel's online softmax (scores kept in shared memory). */
@@ -62,8 +72,10 @@ typedef struct {
     int64_t elem_bytes;         /* 4 (f32) or 2 (f16, bf16) */
     int64_t vec;                /* elements per 16-byte vector: 16 / elem_bytes */
 
-    /* decode: grid (n_parts, Hkv * n_head_tiles, S), ATTN_THREADS threads */
-    int64_t n_parts;            /* partitions of the longest context; >= 1 */
+    /* decode: grid (min(n_parts, cap), Hkv * n_head_tiles, S), ATTN_THREADS threads */
+    int64_t n_sms;              /* the device's SM count the plan was made for */
+    int64_t target_parts;       /* attn_plan_target_parts: the split aimed at, per sequence */
+    int64_t n_parts;            /* most partitions of any context <= max_seq_len; >= 1 */
     int64_t head_tile;          /* query heads per block: 1, 2, 4 or 8 (>= group when group <= 8) */
     int64_t n_head_tiles;       /* ceil(group / head_tile) */
     int64_t decode_grid[3];
@@ -91,26 +103,64 @@ typedef struct {
 /* Whether head dim D has kernels (32, 64, 128, 256). */
 int attn_plan_supports_head_dim(int64_t D);
 
-/* Decode partitions for a longest context of max_seq_len tokens:
- * ceil(max_seq_len / ATTN_DECODE_PARTITION), at least 1. */
-int64_t attn_plan_n_parts(int64_t max_seq_len);
+/* Query heads one decode block computes for a GQA group of `group` heads:
+ * the group rounded up to a power of two, at most ATTN_DECODE_MAX_HEADS. */
+int64_t attn_plan_head_tile(int64_t group);
 
-/* Workspace bytes for S sequences, H query heads, head dim D: the fp32
- * partials of the decode path when it splits the context (n_parts > 1), else 0
- * (prefill and one-partition decode write the output directly). Grows with
- * S and max_seq_len, so a backend may size it once for its largest decode
- * step (max_query_len = 1). Returns 0 for an unsupported D. */
+/* Partitions per sequence the decode split aims at, so that the blocks
+ * (partitions x n_kv_tiles x S, n_kv_tiles = Hkv * head tiles per KV head)
+ * fill n_sms SMs ATTN_DECODE_BLOCKS_PER_SM times:
+ * ceil(ATTN_DECODE_BLOCKS_PER_SM * n_sms / (n_kv_tiles * S)), at least 1. */
+int64_t attn_plan_target_parts(int64_t S, int64_t n_kv_tiles, int64_t n_sms);
+
+/* Most partitions attn_decode_split makes of a context of up to max_seq_len
+ * tokens for target_parts: max(min(target, ceil(max_seq_len / TILE)),
+ * ceil(max_seq_len / PARTITION_MAX)), at least 1. */
+int64_t attn_plan_n_parts(int64_t max_seq_len, int64_t target_parts);
+
+/* Workspace bytes for S sequences, H query and Hkv KV heads, head dim D on a
+ * device of n_sms SMs: the fp32 partials of the decode path when it may split
+ * a context (n_parts > 1), else 0 (prefill and one-partition decode write the
+ * output directly). Returns 0 for an unsupported shape. */
 size_t attn_plan_workspace_bytes(int64_t S, int64_t max_seq_len, int64_t max_query_len, int64_t H,
-                                 int64_t D);
+                                 int64_t Hkv, int64_t D, int64_t n_sms);
 
 /* Fills *p for T tokens of S sequences (max_seq_len, max_query_len as in
  * sl_attn_meta_t), H query and Hkv KV heads, head dim D, elements of
- * elem_bytes (4 or 2). Returns 0, or -1 (and *p unspecified) when the shape
- * is unsupported: T < 1, S < 1, H or Hkv < 1, H % Hkv != 0, D not in
- * {32, 64, 128, 256}, elem_bytes not 2 or 4, or a grid dimension over CUDA's
- * limits. */
+ * elem_bytes (4 or 2), on a device of n_sms SMs (< 1 counts as 1). Returns 0,
+ * or -1 (and *p unspecified) when the shape is unsupported: T < 1, S < 1, H or
+ * Hkv < 1, H % Hkv != 0, D not in {32, 64, 128, 256}, elem_bytes not 2 or 4,
+ * or a grid dimension over CUDA's limits. */
 int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
-                   int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes);
+                   int64_t H, int64_t Hkv, int64_t D, int64_t elem_bytes, int64_t n_sms);
+
+#if defined(__CUDACC__)
+#define ATTN_HOST_DEVICE __host__ __device__
+#else
+#define ATTN_HOST_DEVICE
+#endif
+
+/* How the decode kernels (partitions, then the reduce) cut one sequence's
+ * context of n_ctx >= 1 tokens: into *n_valid partitions of *part_len tokens
+ * (a multiple of ATTN_DECODE_TILE; the last one shorter), partition i being
+ * [i * part_len, min((i + 1) * part_len, n_ctx)), none of them empty. It aims
+ * at target_parts partitions, fewer if the context has fewer tiles, more if
+ * they would exceed ATTN_DECODE_PARTITION_MAX tokens, and never more than
+ * n_parts (the workspace's; a context over max_seq_len then gets longer
+ * partitions). It depends on the sequence's own length and the plan only, so
+ * a sequence's result does not depend on the other sequences of the batch
+ * beyond S (through target_parts) and, for a context over max_seq_len, n_parts. */
+static inline ATTN_HOST_DEVICE void attn_decode_split(int n_ctx, int target_parts, int n_parts, int *part_len,
+                                                      int *n_valid) {
+    const int n_tiles = (n_ctx + ATTN_DECODE_TILE - 1) / ATTN_DECODE_TILE;
+    int want = target_parts < n_tiles ? target_parts : n_tiles;
+    const int by_max = (n_ctx + ATTN_DECODE_PARTITION_MAX - 1) / ATTN_DECODE_PARTITION_MAX;
+    if (want < by_max) want = by_max;
+    if (want > n_parts) want = n_parts;
+    if (want < 1) want = 1;
+    *part_len = (n_tiles + want - 1) / want * ATTN_DECODE_TILE;
+    *n_valid = (n_ctx + *part_len - 1) / *part_len;
+}
 
 /* Shared-memory bytes of the kernels, by the formulas their layouts use. */
 size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec);

@@ -63,6 +63,8 @@
 #include <math.h>
 #include <mma.h>
 
+#include <atomic>
+
 #include "attention_common.cuh"
 #include "kernels.h"
 
@@ -547,15 +549,32 @@ cudaError_t launch_prefill_f16(const attn_plan_t *pl, const AttnArgs &a, cudaStr
 
 static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
 
-extern "C" size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t D) {
+/* The current device's SM count, which sizes the decode split; cached per
+ * device (a driver query per call would cost more than the kernel at batch 1;
+ * it is no stream operation, so it is safe during graph capture too). 1 when
+ * the query fails: the plan is then merely slow, and the launch reports the error. */
+static int64_t device_sm_count(void) {
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+    const int cached = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (cached > 0) return cached;
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) return 1;
+    if (dev >= 0 && dev < 64) cache[dev].store(n, std::memory_order_relaxed);
+    return n;
+}
+
+extern "C" size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t Hkv, int64_t D) {
     if (!meta) return 0;
-    return attn_plan_workspace_bytes(meta->n_seqs, meta->max_seq_len, meta->max_query_len, H, D);
+    return attn_plan_workspace_bytes(meta->n_seqs, meta->max_seq_len, meta->max_query_len, H, Hkv, D,
+                                     device_sm_count());
 }
 
 /* Contract as kernels.h; in addition: out, q, k_cache, v_cache and the
  * workspace must be 16-byte aligned (cudaMalloc gives 256), and every
  * positions[t] < max_seq_len for the decode split to be balanced (a longer
- * context is still computed exactly, by the last partition). */
+ * context is still computed exactly, in longer partitions). */
 extern "C" int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache,
                              const sl_attn_meta_t *meta, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
                              float scale, sl_dtype_t dt, void *workspace, size_t workspace_bytes, void *stream) {
@@ -568,7 +587,7 @@ extern "C" int slk_attention(void *out, const void *q, const void *k_cache, cons
         return cudaErrorInvalidValue;
     attn_plan_t plan;
     if (attn_plan_make(&plan, meta->n_tokens, meta->n_seqs, meta->max_seq_len, meta->max_query_len, H, Hkv, D,
-                       dt == DTYPE_F32 ? 4 : 2))
+                       dt == DTYPE_F32 ? 4 : 2, device_sm_count()))
         return cudaErrorInvalidValue;
     if (workspace_bytes < plan.workspace_bytes || (plan.workspace_bytes && !workspace))
         return cudaErrorInvalidValue;

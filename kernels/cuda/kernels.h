@@ -57,8 +57,9 @@ int slk_rope_kv_write(void *q, void *k, const void *v, void *k_cache, void *v_ca
  * sequence has one query token takes the decode kernel (split along the
  * context into partitions, then reduced); any other the varlen prefill
  * kernel (query tiles, online softmax over KV tiles). `workspace` holds the
- * split partials: at least slk_attention_workspace_bytes(meta, H, D). */
-size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t D);
+ * split partials: at least slk_attention_workspace_bytes(meta, H, Hkv, D),
+ * which depends on the current device (its SM count sizes the split). */
+size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t Hkv, int64_t D);
 int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const sl_attn_meta_t *meta,
                   int64_t H, int64_t Hkv, int64_t D, int64_t block_size, float scale, sl_dtype_t dt,
                   void *workspace, size_t workspace_bytes, void *stream);

@@ -374,7 +374,7 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
                          float scale) {
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
-    size_t need = slk_attention_workspace_bytes(m, H, D);
+    size_t need = slk_attention_workspace_bytes(m, H, Hkv, D);
     void **ws = m->for_graph ? &c->graph_ws : &c->attn_ws;
     size_t *ws_bytes = m->for_graph ? &c->graph_ws_bytes : &c->attn_ws_bytes;
     if (m->for_graph && c->n_graphs > 0 && need > *ws_bytes) {

@@ -12,13 +12,16 @@
  * case runs twice to check the result is bitwise deterministic.
  *
  * Matrix: dt f32/bf16/f16 x D 32/64/128 x H/Hkv 1/4/8 (Hkv = 2) x block size
- * 16/32, for pure decode (contexts 1, 15, 16, 17, 600, 4000), pure prefill
+ * 16/32, for pure decode (contexts 1, 15, 16, 17, 600, 4000), decode with
+ * more partitions than grid blocks (blocks loop) and one 4k sequence split
+ * over every SM, pure prefill
  * (1, 100, 700 tokens), chunked prefill (positions 500..563 over 500 cached
  * tokens), a prefix hit (queries start at a block boundary) and mixed
  * batches; plus odd block sizes, odd group sizes, D = 256 and bad arguments.
  */
 #include <string.h>
 
+#include "attention_plan.h"
 #include "kernel_test.h"
 
 #define MAX_SEQS 16
@@ -135,7 +138,7 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     sl_attn_meta_t meta = {.n_tokens = (int32_t)T, .n_seqs = (int32_t)S, .max_blocks = (int32_t)max_blocks,
                            .max_seq_len = max_seq_len, .max_query_len = max_query_len, .positions = d_pos,
                            .query_start = d_qs, .seq_lens = d_sl, .block_tables = d_bt};
-    size_t ws_bytes = slk_attention_workspace_bytes(&meta, H, D);
+    size_t ws_bytes = slk_attention_workspace_bytes(&meta, H, Hkv, D);
     KT_CUDA(cudaMalloc(&d_ws, ws_bytes ? ws_bytes : 16));
 
     int ok = 1;
@@ -189,13 +192,73 @@ static batch_spec_t decodes(const int32_t *ctx, int n) {
     return b;
 }
 
+/* The decode plan slk_attention makes on this device (attention_plan.h). */
+static attn_plan_t device_decode_plan(const int32_t *ctx, int S, int64_t H, int64_t Hkv, int64_t D, int64_t eb) {
+    int dev = 0, sms = 1;
+    KT_CUDA(cudaGetDevice(&dev));
+    KT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int32_t msl = 0;
+    for (int s = 0; s < S; s++) msl = ctx[s] > msl ? ctx[s] : msl;
+    attn_plan_t p;
+    CHECK_EQ_INT(attn_plan_make(&p, S, S, msl, 1, H, Hkv, D, eb, sms), 0);
+    return p;
+}
+
 static void test_decode_matches_cpu_across_blocks_and_partitions(void) {
-    const int32_t ctx[6] = {1, 15, 16, 17, 600, 4000}; /* 4000: 8 partitions of 512 */
+    /* on 132 SMs, Hkv = 2: 22 partitions wanted; 600 is 10 of one tile (the
+     * last 24 tokens), 4000 21 of 3 tiles; 1..17 one partition, written directly */
+    const int32_t ctx[6] = {1, 15, 16, 17, 600, 4000};
     batch_spec_t b = decodes(ctx, 6);
     run_matrix("decode 1/15/16/17/600/4000", &b);
-    const int32_t one[1] = {1537}; /* a lone sequence whose last partition holds one token */
+    const int32_t one[1] = {1537}; /* a lone sequence: 25 one-tile partitions, the last of one token */
     b = decodes(one, 1);
     run_matrix("decode 1537", &b);
+}
+
+/* More partitions than the grid has blocks along them: 16 sequences of 8 KV
+ * heads have 3 partitions wanted (132 SMs), but the 18000-token one needs 18
+ * of at most 1024 tokens and the grid is capped at 17 (16 blocks per SM), so
+ * blocks 0 and 1 loop over a second partition; beside it contexts of one
+ * token, one tile, tile +- 1, a partition +- 1 and a few thousand. */
+static void test_decode_blocks_loop_over_partitions_past_the_grid(void) {
+    const int32_t ctx[16] = {18000, 1, 63, 64, 65, 129, 1024, 1025, 3000, 5, 17, 4000, 700, 2, 100, 2049};
+    batch_spec_t b = decodes(ctx, 16);
+    const cfg_t cfgs[] = {
+        {DTYPE_BF16, 128, 8, 8, 16}, /* group 1 */
+        {DTYPE_F16, 64, 32, 8, 32},  /* group 4 */
+        {DTYPE_F32, 64, 64, 8, 16},  /* group 8 */
+        {DTYPE_BF16, 128, 32, 8, 16}, /* llama-3-8b's heads */
+        {DTYPE_F32, 256, 16, 8, 16}, /* wide rows: no register prefetch */
+    };
+    memset(worst_abs, 0, sizeof worst_abs);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        const cfg_t *c = &cfgs[i];
+        const attn_plan_t p = device_decode_plan(ctx, 16, c->H, c->Hkv, c->D, c->dt == DTYPE_F32 ? 4 : 2);
+        int len = 0, n = 0;
+        attn_decode_split(ctx[0], (int)p.target_parts, (int)p.n_parts, &len, &n);
+        printf("  grid %lld of %lld partitions; the %d-token context: %d of %d tokens\n",
+               (long long)p.decode_grid[0], (long long)p.n_parts, ctx[0], n, len);
+        CHECK(n > p.decode_grid[0]); /* some block loops */
+        if (!run_case("decode, blocks looping", c, &b)) test_cur_failed = 1;
+    }
+    printf("  %-32s max |err|: f32 %.2e  bf16 %.2e  f16 %.2e\n", "decode, blocks looping", worst_abs[0],
+           worst_abs[1], worst_abs[2]);
+}
+
+/* A lone sequence on every SM: llama-3-8b's and tinyllama's heads at 4096
+ * tokens (128- and 64-token partitions on 132 SMs) and one just past a
+ * partition boundary. */
+static void test_decode_of_one_long_sequence_spreads_over_the_sms(void) {
+    const int32_t ctxs[3] = {4096, 4097, 2113};
+    const cfg_t cfgs[] = {{DTYPE_BF16, 128, 32, 8, 16}, {DTYPE_BF16, 64, 32, 4, 16}, {DTYPE_F32, 128, 32, 8, 32}};
+    memset(worst_abs, 0, sizeof worst_abs);
+    for (int k = 0; k < 3; k++) {
+        batch_spec_t b = decodes(&ctxs[k], 1);
+        for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+            if (!run_case("decode, one long sequence", &cfgs[i], &b)) test_cur_failed = 1;
+    }
+    printf("  %-32s max |err|: f32 %.2e  bf16 %.2e  f16 %.2e\n", "decode, one long sequence", worst_abs[0],
+           worst_abs[1], worst_abs[2]);
 }
 
 static void test_prefill_of_one_sequence_matches_cpu(void) {
@@ -268,7 +331,7 @@ static void test_bad_arguments_are_rejected_without_launch(void) {
                  cudaErrorInvalidValue);
     /* a workspace smaller than asked for */
     meta.max_seq_len = 2000;
-    size_t need = slk_attention_workspace_bytes(&meta, 4, 64);
+    size_t need = slk_attention_workspace_bytes(&meta, 4, 4, 64);
     CHECK(need > 0);
     CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, buf, need - 1, NULL),
                  cudaErrorInvalidValue);
@@ -290,6 +353,8 @@ int main(void) {
     test_seed();
     RUN(test_bad_arguments_are_rejected_without_launch);
     RUN(test_decode_matches_cpu_across_blocks_and_partitions);
+    RUN(test_decode_blocks_loop_over_partitions_past_the_grid);
+    RUN(test_decode_of_one_long_sequence_spreads_over_the_sms);
     RUN(test_prefill_of_one_sequence_matches_cpu);
     RUN(test_chunked_prefill_attends_to_cached_context);
     RUN(test_prefix_hit_queries_start_at_block_boundary);
