@@ -3,7 +3,11 @@
  * layout, inputs in dt, CUBLAS_COMPUTE_32F, default math: no TF32), at each
  * token count T of kb_token_counts; lm_head (fp32 logits, as the backend's
  * logits op) only at the decode batch sizes T <= 256, the only ones where
- * the model computes logits for T rows.
+ * the model computes logits for T rows. "gemv" rows time the GEMV kernel
+ * (kernels/cuda/gemv.cu, slk_gemv), which the backend runs instead of
+ * cuBLAS when T <= SLK_GEMV_MAX_T, at T = 1 and 8 (the batch-1 decode and
+ * the largest graph batch it serves), next to cuBLAS at the same T: one run
+ * compares the two on the same card, validated the same way.
  *
  * Validation: four rows of the output (first, last, two between) x the
  * first and the last 64 output features, against cpu_linear on the same
@@ -17,9 +21,12 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "ops_cpu.h"
 #include "kbench.h"
+#include "kernels.h"
+#include "launch_plan.h"
+#include "ops_cpu.h"
 
 #define CHECK_COLS 64
 
@@ -47,11 +54,17 @@ typedef struct {
     void *out, *in, *w;
     int64_t T, N, K;
     cudaDataType_t ctype;
+    sl_dtype_t out_dt;
 } gemm_arg_t;
 
 static void launch_gemm(kb_ctx_t *c, void *arg) {
     gemm_arg_t *a = arg;
     kb_gemm(c, a->out, a->ctype, a->in, a->w, a->T, a->N, a->K);
+}
+
+static void launch_gemv(kb_ctx_t *c, void *arg) {
+    gemm_arg_t *a = arg;
+    KB_LAUNCH(slk_gemv(a->out, a->in, a->w, a->T, a->N, a->K, c->dt, a->out_dt, c->stream));
 }
 
 static float *fvec(int64_t n) {
@@ -60,18 +73,20 @@ static float *fvec(int64_t n) {
     return p;
 }
 
-static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64_t T) {
+/* kernel: "gemm" (cuBLAS) or "gemv" (slk_gemv). */
+static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64_t T, const char *kernel) {
     const sl_dtype_t dt = c->dt, out_dt = l->logits ? DTYPE_F32 : dt;
+    const kb_launch_fn launch = strcmp(kernel, "gemv") ? launch_gemm : launch_gemv;
     const int64_t N = l->N, K = l->K, out_es = kb_elem_bytes(out_dt);
     char shape[96];
     snprintf(shape, sizeof shape, "w=%s,T=%lld,N=%lld,K=%lld", l->name, (long long)T, (long long)N, (long long)K);
-    kb_set_case("gemm", m->name, shape);
+    kb_set_case(kernel, m->name, shape);
     gemm_arg_t a = {kb_try_alloc((size_t)(T * N) * (size_t)out_es), kb_try_alloc((size_t)(T * K) * (size_t)c->es),
-                    kb_try_alloc((size_t)(N * K) * (size_t)c->es), T, N, K, kb_cuda_type(out_dt)};
+                    kb_try_alloc((size_t)(N * K) * (size_t)c->es), T, N, K, kb_cuda_type(out_dt), out_dt};
     void *ptrs[3] = {a.out, a.in, a.w};
     if (!a.out || !a.in || !a.w) {
         kb_free_all(ptrs, 3);
-        kb_skip(c, "gemm", m->name, shape, "out of device memory");
+        kb_skip(c, kernel, m->name, shape, "out of device memory");
         return;
     }
     kb_pattern_t pin, pw;
@@ -79,7 +94,7 @@ static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64
     kb_pattern_init(&pw, -1.0f, 1.0f, dt);
     kb_fill(c, a.in, T * K, dt, &pin, 0);
     kb_fill(c, a.w, N * K, dt, &pw, 0);
-    launch_gemm(c, &a);
+    launch(c, &a);
 
     int64_t rows[4];
     int n_rows = kb_sample_rows(T, rows), ok = 1;
@@ -97,7 +112,7 @@ static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64
         free(w_raw);
         kb_round(want, n_rows * CHECK_COLS, out_dt);
         for (int i = 0; i < n_rows; i++) {
-            snprintf(what, sizeof what, "gemm %s %s row %lld, outputs %lld..%lld", m->name, shape, (long long)rows[i],
+            snprintf(what, sizeof what, "%s %s %s row %lld, outputs %lld..%lld", kernel, m->name, shape, (long long)rows[i],
                      (long long)n0, (long long)(n0 + CHECK_COLS - 1));
             kb_download(got, a.out, rows[i] * N + n0, CHECK_COLS, out_dt);
             ok &= kb_close(what, got, want + i * CHECK_COLS, CHECK_COLS, out_dt, ulps, 1e-3 / (ulps * kb_eps(out_dt)));
@@ -106,25 +121,37 @@ static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64
     free(in), free(wf), free(want), free(got);
     kb_pattern_free(&pin), kb_pattern_free(&pw);
 
-    double us = kb_time_us(c, launch_gemm, &a);
-    kb_report(c, "gemm", m->name, shape, us, kb_bytes_gemm(T, N, K, c->es, out_es), kb_flops_gemm(T, N, K),
+    double us = kb_time_us(c, launch, &a);
+    kb_report(c, kernel, m->name, shape, us, kb_bytes_gemm(T, N, K, c->es, out_es), kb_flops_gemm(T, N, K),
               ok ? KB_CHECK_PASS : KB_CHECK_FAIL);
     kb_free_all(ptrs, 3);
 }
 
 void kb_bench_gemm(kb_ctx_t *c, const kb_model_t *m) {
-    if (!kb_opts_wants(&c->opts, "gemm")) return;
+    const int want_gemm = kb_opts_wants(&c->opts, "gemm"), want_gemv = kb_opts_wants(&c->opts, "gemv");
+    if (!want_gemm && !want_gemv) return;
     /* The linears of src/model/llama.c, in the order a layer runs them; k and v share a shape. */
     const linear_t linears[] = {
         {"q", m->H * m->D, m->hidden, 0},     {"k/v", m->Hkv * m->D, m->hidden, 0},
         {"o", m->hidden, m->H * m->D, 0},     {"gate/up", m->inter, m->hidden, 0},
         {"down", m->hidden, m->inter, 0},     {"lm_head", m->V, m->hidden, 1},
     };
+    const size_t n_linears = sizeof linears / sizeof linears[0];
     int64_t Ts[8];
-    int n_T = kb_token_counts(c->opts.quick, Ts);
-    for (int i = 0; i < n_T; i++)
-        for (size_t j = 0; j < sizeof linears / sizeof linears[0]; j++) {
+    int n_T = kb_token_counts(c->opts.quick, Ts), has_gemv_t = 0;
+    for (int i = 0; want_gemm && i < n_T; i++)
+        for (size_t j = 0; j < n_linears; j++) {
             if (linears[j].logits && Ts[i] > 256) continue;
-            gemm_case(c, m, &linears[j], Ts[i]);
+            gemm_case(c, m, &linears[j], Ts[i], "gemm");
         }
+    /* The GEMV kernel at T = 1 and at the cutoff, cuBLAS beside it where the rows above lack that T. */
+    const int64_t gemv_Ts[] = {1, SLK_GEMV_MAX_T};
+    for (int i = 0; want_gemv && i < 2; i++) {
+        has_gemv_t = 0;
+        for (int k = 0; k < n_T; k++) has_gemv_t |= Ts[k] == gemv_Ts[i];
+        for (size_t j = 0; j < n_linears; j++) {
+            if (want_gemm && !has_gemv_t) gemm_case(c, m, &linears[j], gemv_Ts[i], "gemm");
+            gemm_case(c, m, &linears[j], gemv_Ts[i], "gemv");
+        }
+    }
 }

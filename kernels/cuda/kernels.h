@@ -50,6 +50,17 @@ int slk_rope_kv_write(void *q, void *k, const void *v, void *k_cache, void *v_ca
                       const int64_t *slot_mapping, int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
                       float scale, sl_dtype_t dt, void *stream);
 
+/* out(T, N) = in(T, K) . w(N, K)^T (row-major), fp32 accumulation, for
+ * decode-sized T (0 <= T <= SLK_GEMV_MAX_T of launch_plan.h, 8): in and w in
+ * dt, out in out_dt (dt, or DTYPE_F32 for logits). Reads each weight row
+ * once for all T rows (the linears' memory-bound regime); deterministic.
+ * Any N, K and alignment (16-byte accesses when both pointers and the row
+ * size K * elem_bytes allow, else one element at a time). Returns
+ * cudaErrorInvalidValue for a T, dtype or output dtype it does not take;
+ * no launch when T or N is 0. out must not overlap in or w. */
+int slk_gemv(void *out, const void *in, const void *w, int64_t T, int64_t N, int64_t K, sl_dtype_t dt,
+             sl_dtype_t out_dt, void *stream);
+
 /* Paged attention, out(T, H, D), as ops.h's attention: token t of sequence s
  * attends to positions 0..positions[t] of s through its block table; query
  * head h reads KV head h / (H / Hkv). `meta`'s arrays are device memory, its

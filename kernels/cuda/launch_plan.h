@@ -1,5 +1,6 @@
-/* launch_plan.h - the launch shapes of the elementwise, norm, row-copy and
- * RoPE kernels (kernels/cuda/elementwise.cu, rope_kv.cu), as plain C.
+/* launch_plan.h - the launch shapes of the elementwise, norm, row-copy, RoPE
+ * and GEMV kernels (kernels/cuda/elementwise.cu, rope_kv.cu, gemv.cu), as
+ * plain C.
  *
  * Everything a launcher decides before launching lives here, free of CUDA
  * types, so that tests/unit/test_launch_plan.c checks it in every build:
@@ -120,6 +121,54 @@ static inline slk_rope_plan_t slk_plan_rope(int64_t T, int64_t H, int64_t Hkv, i
     p.threads = (int)slk_min64(SLK_ROPE_MAX_THREADS, slk_cdiv64(items > 0 ? items : 1, 32) * 32);
     p.blocks = slk_min64(T, SLK_ROPE_MAX_BLOCKS);
     p.smem_bytes = (size_t)(2 * half) * sizeof(float);
+    return p;
+}
+
+/* ---- GEMV / skinny GEMM: out(T, N) = in(T, K) . W(N, K)^T, T <= SLK_GEMV_MAX_T ----
+ * Memory-bound: each weight row is read once for all T input rows. A warp
+ * owns `rows` weight rows (one K slice of each) and each lane issues
+ * SLK_GEMV_LOADS weight loads (16 bytes each) before its first FMA; the
+ * input slice a lane loads (through L1) serves all of the warp's rows, so L1
+ * reads per weight byte are tokens / rows, at most 2. K is split over
+ * `ksplit` warps of a block when the rows alone give too few warps to fill
+ * the card (N = 256); the slices are summed in shared memory in slice order
+ * (deterministic). T runs as the next power of two (1, 2, 4, 8: the graph
+ * batch sizes), the padded tokens reading input row T - 1 and storing
+ * nothing. Cutoff 8: at T = 8 a bf16 weight element costs 8 FMAs, and
+ * 4.2 TB/s of weights is 2.1e12 elements/s, i.e. 34 of the H200's ~67 fp32
+ * TFLOP/s; T = 16 would need all of them (plus the widening), so past 8 the
+ * CUDA cores stop keeping up with HBM and cuBLAS's tensor cores win. */
+#define SLK_GEMV_MAX_T 8
+#define SLK_GEMV_THREADS 256    /* 8 warps */
+#define SLK_GEMV_LOADS 8        /* weight loads in flight per lane, over its rows */
+#define SLK_GEMV_MIN_WARPS 4096 /* ~32 warps on each of 132 SMs: enough bytes in flight for HBM */
+
+typedef struct {
+    int vec;        /* elements per access: 16 / elem_bytes, or 1 (the scalar path) */
+    int tokens;     /* T rounded up to a power of two: 1, 2, 4 or 8 */
+    int rows;       /* weight rows per warp: min(tokens, 4) */
+    int ksplit;     /* warps sharing a row's K: 1, 2, 4 or 8 (divides the block's 8 warps) */
+    int threads;    /* per block: SLK_GEMV_THREADS */
+    int64_t blocks; /* cdiv(N, rows * 8 / ksplit) */
+} slk_gemv_plan_t;
+
+/* 16-byte access needs both base pointers and the row stride K * elem_bytes
+ * 16-byte aligned (so that every row is); otherwise every access is one
+ * element (correct, slow; no model has such a K). ksplit: the smallest that
+ * gives SLK_GEMV_MIN_WARPS warps, as long as every lane keeps at least one
+ * access of each row. Callers pass 1 <= T <= SLK_GEMV_MAX_T, N >= 1, K >= 0
+ * (the output pointer's alignment does not matter: stores are scalar). */
+static inline slk_gemv_plan_t slk_plan_gemv(int64_t T, int64_t N, int64_t K, int elem_bytes, uintptr_t addr_or) {
+    slk_gemv_plan_t p;
+    p.vec = slk_vec_elems(elem_bytes, addr_or | (uintptr_t)(K * elem_bytes));
+    p.tokens = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    p.rows = p.tokens < 4 ? p.tokens : 4;
+    p.threads = SLK_GEMV_THREADS;
+    const int warps = SLK_GEMV_THREADS / 32;
+    const int64_t row_warps = slk_cdiv64(N, p.rows), accesses = K / p.vec;
+    p.ksplit = 1;
+    while (p.ksplit < warps && row_warps * p.ksplit < SLK_GEMV_MIN_WARPS && accesses >= 64 * p.ksplit) p.ksplit *= 2;
+    p.blocks = slk_cdiv64(N, (int64_t)p.rows * (warps / p.ksplit));
     return p;
 }
 

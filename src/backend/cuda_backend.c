@@ -3,10 +3,16 @@
  * Memory is plain cudaMalloc (no managed memory); every op is enqueued on one
  * non-blocking stream; activations, the KV cache and every weight are in the
  * backend's activation dtype (F32, BF16 or F16; engine_boot.c converts weights at
- * load). linear and logits are cublasGemmEx with fp32 accumulation
- * (CUBLAS_COMPUTE_32F, default math without reduced-precision reductions: no
- * TF32 for fp32); the mapping of our row-major layout onto cuBLAS's
- * column-major one is written at gemm(). Uploads smaller than 1 MiB go
+ * load). linear and logits with at most SLK_GEMV_MAX_T (8) rows take the
+ * GEMV kernel (kernels/cuda/gemv.cu: reads each weight row once, near HBM
+ * bandwidth, where cuBLAS's tiles are mostly idle); with more, cublasGemmEx.
+ * Both accumulate in fp32 (cuBLAS: CUBLAS_COMPUTE_32F, default math without
+ * reduced-precision reductions, no TF32 for fp32). A decode step under a CUDA
+ * graph pads its batch to 1, 2, 4, 8, 16, ...: the graphs of batch 1 to 8 run
+ * the GEMV kernel, from 16 up cuBLAS; eager steps pick by their own T (a
+ * prefill chunk of at most 8 tokens takes the GEMV kernel too). The mapping
+ * of our row-major layout onto cuBLAS's column-major one is written at
+ * gemm(). Uploads smaller than 1 MiB go
  * through a pinned staging buffer (no stream sync per upload; the staging
  * area is reused only after an event says its copies are done); larger ones
  * sync, so the caller may free its source at once. download waits.
@@ -37,6 +43,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "launch_plan.h"
 #include "servelab/core.h"
 #include "servelab/ops.h"
 
@@ -284,6 +291,8 @@ static void cu_thread_init(void *ctx) {
 
 /* out(T, N) = in(T, K) . W(N, K)^T, all row-major, fp32 accumulation; out in `ctype`.
  *
+ * T <= SLK_GEMV_MAX_T: slk_gemv (launch_plan.h says why 8). Otherwise cuBLAS.
+ *
  * cuBLAS is column-major, and a row-major (r, c) array is, byte for byte, the
  * column-major (c, r) array with leading dimension c. Read that way our
  * product is out^T (N, T) = W (N, K) . in^T (K, T), a column-major GEMM with
@@ -296,6 +305,17 @@ static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in,
                  int64_t T, const char *op) {
     check_weight(c, w);
     int64_t N = w->rows, K = w->cols;
+    if (T <= SLK_GEMV_MAX_T) {
+        sl_dtype_t out_dt = ctype == CUDA_R_32F ? DTYPE_F32 : c->dt;
+        int rc = slk_gemv(out, in, w->data, T, N, K, c->dt, out_dt, c->stream);
+        if (rc != 0) {
+            int sticky = clear_is_sticky((cudaError_t)rc);
+            record(c, __LINE__, "CUDA error: %s (slk_gemv: %s of (%lld, %lld) x (%lld, %lld)^T)",
+                   cudaGetErrorString((cudaError_t)rc), op, (long long)T, (long long)K, (long long)N, (long long)K);
+            if (sticky) c->fatal = 1;
+        }
+        return;
+    }
     if (N > INT_MAX || K > INT_MAX || T > INT_MAX) {
         record(c, __LINE__, "cuBLAS: %s of (%lld, %lld) x (%lld, %lld)^T exceeds cuBLAS's int dimensions", op,
                (long long)T, (long long)K, (long long)N, (long long)K);

@@ -1,5 +1,5 @@
 /* test_launch_plan.c - the launch shapes of the CUDA elementwise, norm, copy
- * and RoPE kernels (kernels/cuda/launch_plan.h), checked on the CPU in every
+ * RoPE and GEMV kernels (kernels/cuda/launch_plan.h), checked on the CPU in every
  * build: access widths only where every address and stride allows them,
  * block shapes the kernels assume (multiples of 32, at most 1024), grids
  * within the hardware limits, and the shapes chosen for the model sizes that
@@ -135,6 +135,50 @@ static void test_rope_plan_vectorizes_whole_halves_only(void) {
     CHECK_EQ_INT(slk_plan_rope(5000, 8, 1, 64, 2, ALIGNED).blocks, SLK_ROPE_MAX_BLOCKS);
 }
 
+static void test_gemv_plan_covers_every_row_with_valid_shapes(void) {
+    static const int64_t Ns[] = {1, 7, 256, 4096 + 3, 14336, 128256};
+    static const int64_t Ks[] = {0, 1, 8, 64, 2048, 4099, 14336};
+    for (int64_t T = 1; T <= SLK_GEMV_MAX_T; T++)
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 7; j++)
+                for (int eb = 2; eb <= 4; eb += 2)
+                    for (int a = 0; a < 2; a++) {
+                        int64_t N = Ns[i], K = Ks[j];
+                        slk_gemv_plan_t p = slk_plan_gemv(T, N, K, eb, a ? MISALIGNED : ALIGNED);
+                        CHECK_EQ_INT(p.vec, !a && (K * eb) % 16 == 0 ? 16 / eb : 1);
+                        CHECK(is_pow2(p.tokens) && p.tokens >= T && p.tokens < 2 * T + (T == 1));
+                        CHECK_EQ_INT(p.rows, p.tokens < 4 ? p.tokens : 4);
+                        CHECK_EQ_INT(SLK_GEMV_LOADS % p.rows, 0);
+                        CHECK(is_pow2(p.ksplit) && p.ksplit <= SLK_GEMV_THREADS / 32);
+                        CHECK(p.ksplit == 1 || K / p.vec >= 32 * p.ksplit); /* every lane has an access */
+                        CHECK_EQ_INT(p.threads, SLK_GEMV_THREADS);
+                        int64_t rows_per_block = (int64_t)p.rows * (SLK_GEMV_THREADS / 32 / p.ksplit);
+                        CHECK(p.blocks * rows_per_block >= N && (p.blocks - 1) * rows_per_block < N);
+                        CHECK(p.blocks <= 0x7fffffff);
+                    }
+}
+
+/* The decode shapes of llama-3-8b and TinyLlama (bf16): enough warps for the
+ * card, K split only where the rows alone are too few. */
+static void test_gemv_plan_fills_the_card_for_model_shapes(void) {
+    slk_gemv_plan_t p = slk_plan_gemv(1, 4096, 4096, 2, ALIGNED); /* llama-3-8b q */
+    CHECK_EQ_INT(p.vec, 8); CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(1, 1024, 4096, 2, ALIGNED); /* k/v: 1024 rows, K over 4 warps */
+    CHECK_EQ_INT(p.ksplit, 4); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(1, 4096, 14336, 2, ALIGNED); /* down */
+    CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(1, 128256, 4096, 2, ALIGNED); /* lm_head */
+    CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 16032);
+    p = slk_plan_gemv(1, 256, 2048, 2, ALIGNED); /* tinyllama k/v: 256 accesses per row, 8 warps each */
+    CHECK_EQ_INT(p.ksplit, 8); CHECK_EQ_INT(p.blocks, 256);
+    p = slk_plan_gemv(8, 4096, 4096, 2, ALIGNED); /* q at T = 8: 4 rows a warp */
+    CHECK_EQ_INT(p.tokens, 8); CHECK_EQ_INT(p.rows, 4); CHECK_EQ_INT(p.ksplit, 4); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(3, 7, 8, 2, ALIGNED); /* T = 3 runs as 4; K = 8: one access, no split */
+    CHECK_EQ_INT(p.tokens, 4); CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 1);
+    CHECK_EQ_INT(slk_plan_gemv(1, 4096, 4099, 2, ALIGNED).vec, 1); /* rows not 16-byte aligned */
+    CHECK_EQ_INT(slk_plan_gemv(1, 4096, 4100, 4, ALIGNED).vec, 4);
+}
+
 int main(void) {
     RUN(test_vector_access_needs_every_address_aligned);
     RUN(test_flat_plan_covers_n_in_one_pass_below_the_cap);
@@ -142,5 +186,7 @@ int main(void) {
     RUN(test_norm_plan_spreads_decode_rows_and_packs_prefill_rows);
     RUN(test_copy_plan_uses_the_widest_access_dividing_everything);
     RUN(test_rope_plan_vectorizes_whole_halves_only);
+    RUN(test_gemv_plan_covers_every_row_with_valid_shapes);
+    RUN(test_gemv_plan_fills_the_card_for_model_shapes);
     return test_summary();
 }
