@@ -5,9 +5,9 @@
  * logits op) only at the decode batch sizes T <= 256, the only ones where
  * the model computes logits for T rows. "gemv" rows time the GEMV kernel
  * (kernels/cuda/gemv.cu, slk_gemv), which the backend runs instead of
- * cuBLAS when T <= SLK_GEMV_MAX_T, at T = 1 and 8 (the batch-1 decode and
- * the largest graph batch it serves), next to cuBLAS at the same T: one run
- * compares the two on the same card, validated the same way.
+ * cuBLAS for small T, at T = 1, 2, 4 and 8 (the graph batch sizes it can
+ * serve), next to cuBLAS at the same T: one run compares the two on the
+ * same card, validated the same way.
  *
  * Validation: four rows of the output (first, last, two between) x the
  * first and the last 64 output features, against cpu_linear on the same
@@ -144,9 +144,9 @@ void kb_bench_gemm(kb_ctx_t *c, const kb_model_t *m) {
             if (linears[j].logits && Ts[i] > 256) continue;
             gemm_case(c, m, &linears[j], Ts[i], "gemm");
         }
-    /* The GEMV kernel at T = 1 and at the cutoff, cuBLAS beside it where the rows above lack that T. */
-    const int64_t gemv_Ts[] = {1, SLK_GEMV_MAX_T};
-    for (int i = 0; want_gemv && i < 2; i++) {
+    /* The GEMV kernel at the graph batch sizes it can serve, cuBLAS beside it where the rows above lack that T. */
+    const int64_t gemv_Ts[] = {1, 2, 4, SLK_GEMV_MAX_T};
+    for (int i = 0; want_gemv && i < 4; i++) {
         has_gemv_t = 0;
         for (int k = 0; k < n_T; k++) has_gemv_t |= Ts[k] == gemv_Ts[i];
         for (size_t j = 0; j < n_linears; j++) {

@@ -1,13 +1,18 @@
 /* gemv.cu - out(T, N) = in(T, K) . W(N, K)^T for decode-sized T (<= 8):
  * the linears and logits of a decode step, where cuBLAS leaves much of the
  * HBM bandwidth unused (a GEMM tiling for T = 1 wastes most of its tile).
+ * The CUDA backend calls it for T <= 2, where it measured faster than
+ * cuBLAS (cuda_backend.c, GEMV_MAX_T); from T = 4 its fp32 FMAs on the CUDA
+ * cores lose to cuBLAS's tensor cores.
  *
  * Memory-bound design (shapes chosen by slk_plan_gemv in launch_plan.h):
- * - a warp owns `R` weight rows (min(T', 4), T' = T rounded up to 1/2/4/8)
- *   and one K slice of them; its lanes read 16-byte packs, so a warp reads
- *   512 contiguous bytes of a row per access. Each lane issues its
- *   SLK_GEMV_LOADS (8) weight loads (8 / R per row) before the first FMA;
- *   weights are streamed (ld.global.cs: read once, evict first).
+ * - a warp owns `R` weight rows (2 at T' = 1, else min(T', 4); T' is T
+ *   rounded up to 1, 2, 4 or 8) and one K slice of them; its lanes read
+ *   16-byte packs, so a warp reads 512 contiguous bytes of a row per access.
+ *   Each lane issues SLK_GEMV_LOADS (8) weight loads (8 / R per row) before
+ *   its first FMA, and the next batch of 8 before using the current one;
+ *   the last, partial batch is predicated, its loads issued together too.
+ *   Weights are streamed (ld.global.cs: read once, evict first).
  * - the input pack at the same k, one per token, is read through L1 (it is
  *   small and every warp of the SM reads it) and serves all R rows: each
  *   weight byte is read from HBM exactly once, for every token.
@@ -30,9 +35,10 @@ namespace {
 
 constexpr int WARPS = SLK_GEMV_THREADS / 32;
 
-/* The 16-byte loads are volatile asm so that ptxas keeps them in program
- * order: left to itself it sinks each weight load next to its first FMA,
- * which leaves two loads in flight instead of SLK_GEMV_LOADS. */
+/* The 16-byte loads are written in PTX for their cache hints. Note that
+ * ptxas, left to itself, sinks each weight load of a batch next to its
+ * first FMA (two loads in flight, not SLK_GEMV_LOADS); the software
+ * pipelining in the kernel is what keeps the batch's loads together. */
 
 /* V elements of a weight row: streamed (ld.global.cs: evict first). */
 template <typename T, int V> __device__ __forceinline__ slk::raw_t<T, V> load_weight(const T *p) {
@@ -60,14 +66,38 @@ template <typename T, int V> __device__ __forceinline__ void load_input(const T 
     }
 }
 
-/* Loads accesses i, i + stride, ..., i + (U - 1) stride of each of the R rows. */
-template <typename T, int R, int U, int V>
+/* Loads accesses i, i + stride, ..., i + (U - 1) stride of each of the R
+ * rows; with CHECK, only those below n_acc (the others are never used). */
+template <typename T, int R, int U, int V, bool CHECK>
 __device__ __forceinline__ void load_batch(slk::raw_t<T, V> (&wr)[R][U], const T *const (&wrow)[R], int64_t i,
-                                           int64_t stride) {
+                                           int64_t stride, int64_t n_acc) {
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int r = 0; r < R; r++) wr[r][u] = load_weight<T, V>(wrow[r] + (i + u * stride) * V);
+        for (int r = 0; r < R; r++)
+            if (!CHECK || i + u * stride < n_acc) wr[r][u] = load_weight<T, V>(wrow[r] + (i + u * stride) * V);
+}
+
+/* acc[r][t] += w row r . x row t over the batch load_batch loaded at i. */
+template <typename T, int NT, int R, int U, int V, bool CHECK>
+__device__ __forceinline__ void fma_batch(float (&acc)[R][NT], const slk::raw_t<T, V> (&wr)[R][U],
+                                          const T *const (&xrow)[NT], int64_t i, int64_t stride, int64_t n_acc) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (CHECK && i + u * stride >= n_acc) break;
+        float wf[R][V];
+#pragma unroll
+        for (int r = 0; r < R; r++) slk::unpack<T, V>(wr[r][u], wf[r]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float x[V];
+            load_input<T, V>(xrow[t] + (i + u * stride) * V, x);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int e = 0; e < V; e++) acc[r][t] = fmaf(wf[r][e], x[e], acc[r][t]);
+        }
+    }
 }
 
 /* out (n_tok, N) in O; in (n_tok, K), w (N, K) in T. NT: tokens computed
@@ -103,10 +133,12 @@ __global__ void __launch_bounds__(SLK_GEMV_THREADS) gemv_kernel(O *__restrict__ 
     /* Batches of U accesses per row, software-pipelined: batch b + 1 is
      * loaded (in a branch of its own, which ptxas does not schedule across)
      * before batch b is used, so SLK_GEMV_LOADS to twice that many loads
-     * are in flight while a lane computes. */
+     * are in flight while a lane computes. The last, partial batch (fewer
+     * than U accesses left) is one predicated batch, its loads issued
+     * together too: a short row (K / ksplit small) is one round trip. */
+    slk::raw_t<T, V> nxt[R][U];
     if (i + (U - 1) * stride < n_acc) {
-        slk::raw_t<T, V> nxt[R][U];
-        load_batch<T, R, U, V>(nxt, wrow, i, stride);
+        load_batch<T, R, U, V, false>(nxt, wrow, i, stride, n_acc);
         for (;;) {
             slk::raw_t<T, V> cur[R][U];
 #pragma unroll
@@ -115,39 +147,15 @@ __global__ void __launch_bounds__(SLK_GEMV_THREADS) gemv_kernel(O *__restrict__ 
                 for (int u = 0; u < U; u++) cur[r][u] = nxt[r][u];
             const int64_t next = i + U * stride;
             const bool more = next + (U - 1) * stride < n_acc;
-            if (more) load_batch<T, R, U, V>(nxt, wrow, next, stride);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float wf[R][V];
-#pragma unroll
-                for (int r = 0; r < R; r++) slk::unpack<T, V>(cur[r][u], wf[r]);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    float x[V];
-                    load_input<T, V>(xrow[t] + (i + u * stride) * V, x);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int e = 0; e < V; e++) acc[r][t] = fmaf(wf[r][e], x[e], acc[r][t]);
-                }
-            }
+            if (more) load_batch<T, R, U, V, false>(nxt, wrow, next, stride, n_acc);
+            fma_batch<T, NT, R, U, V, false>(acc, cur, xrow, i, stride, n_acc);
             i = next;
             if (!more) break;
         }
     }
-    for (; i < n_acc; i += stride) { /* fewer than U accesses left per row */
-        float wf[R][V];
-#pragma unroll
-        for (int r = 0; r < R; r++) slk::unpack<T, V>(load_weight<T, V>(wrow[r] + i * V), wf[r]);
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float x[V];
-            load_input<T, V>(xrow[t] + i * V, x);
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int e = 0; e < V; e++) acc[r][t] = fmaf(wf[r][e], x[e], acc[r][t]);
-        }
+    if (i < n_acc) {
+        load_batch<T, R, U, V, true>(nxt, wrow, i, stride, n_acc);
+        fma_batch<T, NT, R, U, V, true>(acc, nxt, xrow, i, stride, n_acc);
     }
 
 #pragma unroll
@@ -184,7 +192,7 @@ __global__ void __launch_bounds__(SLK_GEMV_THREADS) gemv_kernel(O *__restrict__ 
 template <typename T, typename O, int NT>
 int launch_gemv(const slk_gemv_plan_t &p, void *out, const void *in, const void *w, int64_t T_, int64_t N, int64_t K,
                 cudaStream_t st) {
-    constexpr int R = NT < 4 ? NT : 4, V = slk::Pack<T>::N;
+    constexpr int R = NT == 1 ? 2 : NT < 4 ? NT : 4, V = slk::Pack<T>::N; /* as slk_plan_gemv's rows */
     O *o = static_cast<O *>(out);
     const T *x = static_cast<const T *>(in), *wt = static_cast<const T *>(w);
     if (p.vec == V)

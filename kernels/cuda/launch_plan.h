@@ -126,7 +126,8 @@ static inline slk_rope_plan_t slk_plan_rope(int64_t T, int64_t H, int64_t Hkv, i
 
 /* ---- GEMV / skinny GEMM: out(T, N) = in(T, K) . W(N, K)^T, T <= SLK_GEMV_MAX_T ----
  * Memory-bound: each weight row is read once for all T input rows. A warp
- * owns `rows` weight rows (one K slice of each) and each lane issues
+ * owns `rows` weight rows (one K slice of each; 2 at T = 1: on an H200,
+ * 10-20% faster than 1 on the llama-3-8b shapes) and each lane issues
  * SLK_GEMV_LOADS weight loads (16 bytes each) before its first FMA; the
  * input slice a lane loads (through L1) serves all of the warp's rows, so L1
  * reads per weight byte are tokens / rows, at most 2. K is split over
@@ -134,10 +135,14 @@ static inline slk_rope_plan_t slk_plan_rope(int64_t T, int64_t H, int64_t Hkv, i
  * the card (N = 256); the slices are summed in shared memory in slice order
  * (deterministic). T runs as the next power of two (1, 2, 4, 8: the graph
  * batch sizes), the padded tokens reading input row T - 1 and storing
- * nothing. Cutoff 8: at T = 8 a bf16 weight element costs 8 FMAs, and
- * 4.2 TB/s of weights is 2.1e12 elements/s, i.e. 34 of the H200's ~67 fp32
- * TFLOP/s; T = 16 would need all of them (plus the widening), so past 8 the
- * CUDA cores stop keeping up with HBM and cuBLAS's tensor cores win. */
+ * nothing. The kernel stops at T = 8: a bf16 weight element costs T FMAs,
+ * and 4.2 TB/s of weights is 2.1e12 elements/s, so T = 8 already needs 34 of
+ * the H200's ~67 fp32 TFLOP/s and T = 16 all of them (plus the widening):
+ * past 8 the CUDA cores cannot keep up with HBM at all. In practice the
+ * widening, the L1 input reads and the register pressure (one block of 8
+ * warps per SM at T = 8) make it slower than cuBLAS's tensor cores from
+ * T = 4 already, so the CUDA backend calls it for T <= 2 only (its
+ * GEMV_MAX_T, with the measurements). */
 #define SLK_GEMV_MAX_T 8
 #define SLK_GEMV_THREADS 256    /* 8 warps */
 #define SLK_GEMV_LOADS 8        /* weight loads in flight per lane, over its rows */
@@ -146,7 +151,7 @@ static inline slk_rope_plan_t slk_plan_rope(int64_t T, int64_t H, int64_t Hkv, i
 typedef struct {
     int vec;        /* elements per access: 16 / elem_bytes, or 1 (the scalar path) */
     int tokens;     /* T rounded up to a power of two: 1, 2, 4 or 8 */
-    int rows;       /* weight rows per warp: min(tokens, 4) */
+    int rows;       /* weight rows per warp: 2 at T = 1 (measured faster than 1), else min(tokens, 4) */
     int ksplit;     /* warps sharing a row's K: 1, 2, 4 or 8 (divides the block's 8 warps) */
     int threads;    /* per block: SLK_GEMV_THREADS */
     int64_t blocks; /* cdiv(N, rows * 8 / ksplit) */
@@ -162,7 +167,7 @@ static inline slk_gemv_plan_t slk_plan_gemv(int64_t T, int64_t N, int64_t K, int
     slk_gemv_plan_t p;
     p.vec = slk_vec_elems(elem_bytes, addr_or | (uintptr_t)(K * elem_bytes));
     p.tokens = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
-    p.rows = p.tokens < 4 ? p.tokens : 4;
+    p.rows = p.tokens == 1 ? 2 : p.tokens < 4 ? p.tokens : 4;
     p.threads = SLK_GEMV_THREADS;
     const int warps = SLK_GEMV_THREADS / 32;
     const int64_t row_warps = slk_cdiv64(N, p.rows), accesses = K / p.vec;

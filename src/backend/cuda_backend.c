@@ -3,14 +3,14 @@
  * Memory is plain cudaMalloc (no managed memory); every op is enqueued on one
  * non-blocking stream; activations, the KV cache and every weight are in the
  * backend's activation dtype (F32, BF16 or F16; engine_boot.c converts weights at
- * load). linear and logits with at most SLK_GEMV_MAX_T (8) rows take the
- * GEMV kernel (kernels/cuda/gemv.cu: reads each weight row once, near HBM
- * bandwidth, where cuBLAS's tiles are mostly idle); with more, cublasGemmEx.
- * Both accumulate in fp32 (cuBLAS: CUBLAS_COMPUTE_32F, default math without
- * reduced-precision reductions, no TF32 for fp32). A decode step under a CUDA
- * graph pads its batch to 1, 2, 4, 8, 16, ...: the graphs of batch 1 to 8 run
- * the GEMV kernel, from 16 up cuBLAS; eager steps pick by their own T (a
- * prefill chunk of at most 8 tokens takes the GEMV kernel too). The mapping
+ * load). linear and logits with at most GEMV_MAX_T (2) rows take the GEMV
+ * kernel (kernels/cuda/gemv.cu: reads each weight row once, where cuBLAS's
+ * tiles are mostly idle); with more, cublasGemmEx. Both accumulate in fp32
+ * (cuBLAS: CUBLAS_COMPUTE_32F, default math without reduced-precision
+ * reductions, no TF32 for fp32). A decode step under a CUDA graph pads its
+ * batch to 1, 2, 4, 8, 16, ...: the graphs of batch 1 and 2 run the GEMV
+ * kernel, from 4 up cuBLAS; eager steps pick by their own T (a prefill chunk
+ * of 1 or 2 tokens takes the GEMV kernel too). The mapping
  * of our row-major layout onto cuBLAS's column-major one is written at
  * gemm(). Uploads smaller than 1 MiB go
  * through a pinned staging buffer (no stream sync per upload; the staging
@@ -48,6 +48,15 @@
 #include "servelab/ops.h"
 
 #define STAGING_BYTES ((size_t)1 << 20)
+/* The most rows for which linear and logits take slk_gemv rather than cuBLAS.
+ * The kernel takes up to SLK_GEMV_MAX_T (8), but measured on an H200 (bf16,
+ * servelab-kernel-bench gemv rows, llama-3-8b and TinyLlama linears) it is
+ * faster than cuBLAS at T = 1 and 2 on every shape (T = 1: q 15.2 vs 18.5 us,
+ * down 37.0 vs 42.1, TinyLlama k/v 5.3 vs 8.1, lm_head a tie) and slower from
+ * T = 4 (llama-3-8b q 20.9 vs 19.2 us, 27.6 vs 18.5 at T = 8: fp32 FMAs on
+ * the CUDA cores against cuBLAS's tensor cores). */
+#define GEMV_MAX_T 2
+_Static_assert(GEMV_MAX_T <= SLK_GEMV_MAX_T, "slk_gemv takes at most SLK_GEMV_MAX_T rows");
 /* cuBLAS's workspace: what NVIDIA recommends for Hopper (32 MiB). */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Graph workspaces outgrown while graphs still use them (lazy capture, smaller sizes first). */
@@ -291,7 +300,7 @@ static void cu_thread_init(void *ctx) {
 
 /* out(T, N) = in(T, K) . W(N, K)^T, all row-major, fp32 accumulation; out in `ctype`.
  *
- * T <= SLK_GEMV_MAX_T: slk_gemv (launch_plan.h says why 8). Otherwise cuBLAS.
+ * T <= GEMV_MAX_T: slk_gemv. Otherwise cuBLAS.
  *
  * cuBLAS is column-major, and a row-major (r, c) array is, byte for byte, the
  * column-major (c, r) array with leading dimension c. Read that way our
@@ -305,7 +314,7 @@ static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in,
                  int64_t T, const char *op) {
     check_weight(c, w);
     int64_t N = w->rows, K = w->cols;
-    if (T <= SLK_GEMV_MAX_T) {
+    if (T <= GEMV_MAX_T) {
         sl_dtype_t out_dt = ctype == CUDA_R_32F ? DTYPE_F32 : c->dt;
         int rc = slk_gemv(out, in, w->data, T, N, K, c->dt, out_dt, c->stream);
         if (rc != 0) {

@@ -147,7 +147,7 @@ static void test_gemv_plan_covers_every_row_with_valid_shapes(void) {
                         slk_gemv_plan_t p = slk_plan_gemv(T, N, K, eb, a ? MISALIGNED : ALIGNED);
                         CHECK_EQ_INT(p.vec, !a && (K * eb) % 16 == 0 ? 16 / eb : 1);
                         CHECK(is_pow2(p.tokens) && p.tokens >= T && p.tokens < 2 * T + (T == 1));
-                        CHECK_EQ_INT(p.rows, p.tokens < 4 ? p.tokens : 4);
+                        CHECK_EQ_INT(p.rows, p.tokens == 1 ? 2 : p.tokens < 4 ? p.tokens : 4);
                         CHECK_EQ_INT(SLK_GEMV_LOADS % p.rows, 0);
                         CHECK(is_pow2(p.ksplit) && p.ksplit <= SLK_GEMV_THREADS / 32);
                         CHECK(p.ksplit == 1 || K / p.vec >= 32 * p.ksplit); /* every lane has an access */
@@ -161,16 +161,16 @@ static void test_gemv_plan_covers_every_row_with_valid_shapes(void) {
 /* The decode shapes of llama-3-8b and TinyLlama (bf16): enough warps for the
  * card, K split only where the rows alone are too few. */
 static void test_gemv_plan_fills_the_card_for_model_shapes(void) {
-    slk_gemv_plan_t p = slk_plan_gemv(1, 4096, 4096, 2, ALIGNED); /* llama-3-8b q */
-    CHECK_EQ_INT(p.vec, 8); CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 512);
-    p = slk_plan_gemv(1, 1024, 4096, 2, ALIGNED); /* k/v: 1024 rows, K over 4 warps */
-    CHECK_EQ_INT(p.ksplit, 4); CHECK_EQ_INT(p.blocks, 512);
+    slk_gemv_plan_t p = slk_plan_gemv(1, 4096, 4096, 2, ALIGNED); /* llama-3-8b q: 2 rows a warp, K over 2 */
+    CHECK_EQ_INT(p.vec, 8); CHECK_EQ_INT(p.rows, 2); CHECK_EQ_INT(p.ksplit, 2); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(1, 1024, 4096, 2, ALIGNED); /* k/v: 1024 rows, K over all 8 warps */
+    CHECK_EQ_INT(p.ksplit, 8); CHECK_EQ_INT(p.blocks, 512);
     p = slk_plan_gemv(1, 4096, 14336, 2, ALIGNED); /* down */
-    CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 512);
-    p = slk_plan_gemv(1, 128256, 4096, 2, ALIGNED); /* lm_head */
-    CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 16032);
+    CHECK_EQ_INT(p.ksplit, 2); CHECK_EQ_INT(p.blocks, 512);
+    p = slk_plan_gemv(1, 128256, 4096, 2, ALIGNED); /* lm_head: rows enough, no split */
+    CHECK_EQ_INT(p.ksplit, 1); CHECK_EQ_INT(p.blocks, 8016);
     p = slk_plan_gemv(1, 256, 2048, 2, ALIGNED); /* tinyllama k/v: 256 accesses per row, 8 warps each */
-    CHECK_EQ_INT(p.ksplit, 8); CHECK_EQ_INT(p.blocks, 256);
+    CHECK_EQ_INT(p.ksplit, 8); CHECK_EQ_INT(p.blocks, 128);
     p = slk_plan_gemv(8, 4096, 4096, 2, ALIGNED); /* q at T = 8: 4 rows a warp */
     CHECK_EQ_INT(p.tokens, 8); CHECK_EQ_INT(p.rows, 4); CHECK_EQ_INT(p.ksplit, 4); CHECK_EQ_INT(p.blocks, 512);
     p = slk_plan_gemv(3, 7, 8, 2, ALIGNED); /* T = 3 runs as 4; K = 8: one access, no split */
