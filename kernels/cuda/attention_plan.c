@@ -128,7 +128,11 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->reduce_grid[0] = H;
     p->reduce_grid[1] = S;
     p->reduce_grid[2] = 1;
-    p->reduce_smem_bytes = (size_t)p->n_parts * sizeof(float);
+    /* n_parts fp32 weights, in whole 16-byte units: the kernels declare their
+     * dynamic shared memory as float4[], so ptxas may read the last weights as
+     * one LDS.128 (compute-sanitizer memcheck on an H200 caught 21 weights in
+     * 84 bytes read at 80..95). */
+    p->reduce_smem_bytes = ((size_t)p->n_parts * sizeof(float) + 15) / 16 * 16;
 
     /* prefill: tensor cores for 16-bit dtypes; f32 stays on the FMA kernel,
      * the exactness reference */

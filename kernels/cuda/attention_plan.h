@@ -83,7 +83,7 @@ typedef struct {
     /* reduce (only when n_parts > 1): grid (H, S), ATTN_THREADS threads */
     int reduce;                 /* 1 when partials are written and reduced */
     int64_t reduce_grid[3];
-    size_t reduce_smem_bytes;   /* n_parts fp32 weights */
+    size_t reduce_smem_bytes;   /* n_parts fp32 weights, rounded up to 16 bytes */
 
     /* prefill: grid (n_q_tiles, H, S), ATTN_THREADS threads */
     int prefill_tc;             /* 1: the tensor-core kernel (elem_bytes 2); 0: the fp32 FMA one */
