@@ -19,9 +19,14 @@
 static const char GPT2_REGEX[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* An object's "type", for dispatch and for error messages (which stay one
+ * line: a type with control characters is shown as "?"). */
 static const char *type_of(const cJSON *o) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
-    return cJSON_IsString(t) ? t->valuestring : "";
+    if (!cJSON_IsString(t)) return "";
+    for (const char *c = t->valuestring; *c; c++)
+        if ((uint8_t)*c < 0x20 || *c == 0x7F) return "?";
+    return t->valuestring;
 }
 
 static bool jbool(const cJSON *o, const char *key, bool dflt) {
