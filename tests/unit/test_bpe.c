@@ -1,7 +1,8 @@
 /* test_bpe.c - byte-level BPE tokenizers against Hugging Face `tokenizers`.
  *
  * tests/data/bpe/<name>/ holds a tokenizer.json trained by tools/bpe-goldens
- * in one real checkpoint's configuration, and goldens.jsonl: strings with the
+ * in one real checkpoint's configuration (smollm2: the real SmolLM2
+ * tokenizer, rebuilt from its GGUF), and goldens.jsonl: strings with the
  * ids and decoded text the `tokenizers` package gave (add_special_tokens off,
  * and on for every 20th), and random id sequences with their decodes (bytes
  * that are not UTF-8, ids out of range). Each must match exactly through
@@ -167,6 +168,9 @@ static void test_llama3_split_ignore_merges_template_matches_tokenizers(void) { 
 static void test_smollm_digits_bytelevel_matches_tokenizers(void) { check_goldens("smollm"); }
 static void test_prefix_space_lstrip_rstrip_matches_tokenizers(void) { check_goldens("prefix"); }
 
+/* The real SmolLM2-135M-Instruct tokenizer (vocab 49152), rebuilt from its GGUF. */
+static void test_smollm2_real_vocabulary_matches_tokenizers(void) { check_goldens("smollm2"); }
+
 static void test_bos_eos_come_from_tokenizer_config(void) {
     sl_err_t err;
     tokenizer_t *tok = tok_load("tests/data/bpe/smollm", &err);
@@ -278,6 +282,7 @@ int main(void) {
     RUN(test_llama3_split_ignore_merges_template_matches_tokenizers);
     RUN(test_smollm_digits_bytelevel_matches_tokenizers);
     RUN(test_prefix_space_lstrip_rstrip_matches_tokenizers);
+    RUN(test_smollm2_real_vocabulary_matches_tokenizers);
     RUN(test_bos_eos_come_from_tokenizer_config);
     RUN(test_special_tokens_inside_text_become_their_ids);
     RUN(test_invalid_utf8_text_is_refused);
