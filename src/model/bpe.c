@@ -333,7 +333,7 @@ static void pieces_put(pieces_t *v, size_t start, size_t end, bool match) {
 /* One split through one step (tokenizers' NormalizedString::split with a
  * pattern: matches and the gaps between them, then the behaviour's folding). */
 static void pretok_split(const pretok_t *pt, buf_t *wb, span_t sp, pcre2_match_data *md, pieces_t *tmp,
-                         spans_t *out) {
+                         spans_t *out, int *failed) {
     if (pt->add_prefix_space && (sp.end == sp.start || wb->p[sp.start] != ' ')) {
         size_t n = sp.end - sp.start, at = wb->n;
         if (at + n + 2 > wb->cap) wb->p = sl_realloc(wb->p, wb->cap = (at + n + 2) * 2);
@@ -352,7 +352,13 @@ static void pretok_split(const pretok_t *pt, buf_t *wb, span_t sp, pcre2_match_d
     size_t n = sp.end - sp.start, off = 0, prev = 0;
     while (off <= n) {
         int rc = pcre2_match(pt->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc < 0) break; /* no match (or a matching limit: the rest is one gap) */
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) /* JIT stack exhausted: the interpreter uses the heap */
+            rc = pcre2_match(pt->re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) { /* a match or memory limit: refuse rather than split differently */
+            *failed = rc;
+            break;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* an empty match splits nothing: step one character on */
@@ -417,6 +423,7 @@ typedef struct {
     spans_t a, b;
     pieces_t tmp;
     pcre2_match_data *md;
+    int failed; /* a PCRE2 error code, 0 if none */
 } enc_t;
 
 /* Text between added tokens: pre-tokenize, then BPE each split. */
@@ -429,7 +436,7 @@ static void encode_plain(enc_t *e, const char *s, size_t n) {
     for (int k = 0; k < e->bpe->n_pretok; k++) {
         e->b.n = 0;
         for (size_t i = 0; i < e->a.n; i++)
-            pretok_split(&e->bpe->pretok[k], &e->wb, e->a.p[i], e->md, &e->tmp, &e->b);
+            pretok_split(&e->bpe->pretok[k], &e->wb, e->a.p[i], e->md, &e->tmp, &e->b, &e->failed);
         spans_t t = e->a;
         e->a = e->b, e->b = t;
     }
@@ -507,6 +514,13 @@ int bpe_encode(const bpe_t *bpe, const char *text, size_t len, bool add_special_
     if (add_special_tokens)
         for (int i = 0; i < bpe->n_suffix; i++) ids_put(&e.ids, bpe->suffix_ids[i]);
     pcre2_match_data_free(e.md);
+    if (e.failed) {
+        PCRE2_UCHAR msg[120];
+        pcre2_get_error_message(e.failed, msg, sizeof msg);
+        sl_fail(err, "pre-tokenizer regex failed on this text: %s", (char *)msg);
+        free(e.ids.p);
+        e.ids = (ids_t){0};
+    }
     free(e.scratch.sym);
     free(e.scratch.heap);
     free(e.scratch.word.p);
@@ -514,6 +528,7 @@ int bpe_encode(const bpe_t *bpe, const char *text, size_t len, bool add_special_
     free(e.a.p);
     free(e.b.p);
     free(e.tmp.p);
+    if (e.failed) return -1;
     *ids_out = e.ids.p ? e.ids.p : sl_malloc(sizeof(int32_t));
     *n_out = e.ids.n;
     return 0;

@@ -41,9 +41,11 @@ int32_t bpe_token_id(const bpe_t *bpe, const char *s, size_t n);
 /* The first id the post-processor puts before the text, -1 if none. */
 int32_t bpe_template_bos(const bpe_t *bpe);
 
-/* Encodes `len` bytes of valid UTF-8 (checked: -1 with `err` otherwise). With
- * `add_special_tokens` the post-processor's template ids are added. Returns 0
- * and a malloc'd array in *ids_out (caller frees; never NULL) of *n_out ids. */
+/* Encodes `len` bytes of valid UTF-8. With `add_special_tokens` the
+ * post-processor's template ids are added. Returns 0 and a malloc'd array in
+ * *ids_out (caller frees; never NULL) of *n_out ids; -1 with `err` set and
+ * nothing allocated for text that is not UTF-8, or when a pre-tokenizer regex
+ * hits PCRE2's match or memory limit (never a silently different split). */
 int bpe_encode(const bpe_t *bpe, const char *text, size_t len, bool add_special_tokens,
                int32_t **ids_out, size_t *n_out, sl_err_t *err);
 

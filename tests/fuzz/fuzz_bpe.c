@@ -79,7 +79,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         const char *texts[] = {"Hello world 123", "  <|x|> é 中文 😀\n\n", ""};
         for (int i = 0; i < 3; i++) {
-            if (bpe_encode(b, texts[i], strlen(texts[i]), true, &ids, &n_ids, &err) != 0) abort();
+            if (bpe_encode(b, texts[i], strlen(texts[i]), true, &ids, &n_ids, &err) != 0) {
+                if (strchr(err.msg, '\n')) abort(); /* a fuzzed regex may hit PCRE2's limits */
+                continue;
+            }
             for (size_t k = 0; k < n_ids; k++)
                 if (ids[k] < 0 || ids[k] >= bpe_vocab_size(b)) abort();
             check_decode(b, ids, n_ids);
