@@ -5,7 +5,7 @@ set -euo pipefail
 
 apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsentencepiece-dev
           sentencepiece libcurl4-openssl-dev clang libclang-rt-14-dev python3 python3-pip
-          prometheus libssl-dev libxxhash-dev curl libpcre2-dev)
+          prometheus libssl-dev libxxhash-dev curl libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,6 @@
 /* tokenizer.h - the tokenizers of Hugging Face checkpoints: sentencepiece
  * (Llama, Mistral) and byte-level BPE from tokenizer.json (GPT-2, Llama-3,
- * SmolLM), behind one interface.
+ * Qwen2, SmolLM), behind one interface.
  *
  * A checkpoint with tokenizer.model gets sentencepiece; one with only
  * tokenizer.json gets byte-level BPE (src/model/bpe.h), which encodes and

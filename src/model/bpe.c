@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "bpe_impl.h"
 
@@ -174,7 +175,7 @@ static int utf8_step(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad) {
     return need + 1;
 }
 
-static bool utf8_valid(const char *s, size_t n) {
+bool bpe_utf8_valid(const char *s, size_t n) {
     uint32_t cp;
     size_t bad;
     for (size_t i = 0; i < n;) {
@@ -183,6 +184,15 @@ static bool utf8_valid(const char *s, size_t n) {
         i += (size_t)k;
     }
     return true;
+}
+
+char *bpe_nfc(const char *s, size_t n, size_t *n_out) {
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    SL_ASSERT(k >= 0); /* only valid UTF-8 gets here; the other failure is out of memory */
+    *n_out = (size_t)k;
+    return (char *)out;
 }
 
 /* Rust's char::is_whitespace (the White_Space property). */
@@ -451,16 +461,28 @@ static const bpe_added_t *added_at(const bpe_t *bpe, const char *s, size_t i, si
     if (!(bpe->added_first[c >> 3] & (1u << (c & 7)))) return NULL;
     const bpe_added_t *best = NULL;
     for (const bpe_added_t *a = bpe->added; a < bpe->added + bpe->n_added; a++)
-        if (a->normalized == normalized && a->len <= n - i && (!best || a->len > best->len) &&
-            !memcmp(s + i, a->text, a->len))
+        if (a->normalized == normalized && a->match_len && a->match_len <= n - i && (!best || a->match_len > best->match_len) &&
+            !memcmp(s + i, a->match, a->match_len))
             best = a;
     return best;
 }
+
+static void encode_added_pass(enc_t *e, const char *s, size_t n, int pass);
 
 /* AddedVocabulary::find_matches over s[0..n) for one pass (0: tokens with
  * normalized false, 1: normalized true); the gaps go to the next pass. */
 static void encode_added(enc_t *e, const char *s, size_t n, int pass) {
     if (pass == 2) return encode_plain(e, s, n);
+    if (pass == 1 && e->bpe->nfc && n) { /* the normalizer runs on what pass 0 left */
+        char *norm = bpe_nfc(s, n, &n);
+        encode_added_pass(e, norm, n, 1);
+        free(norm);
+        return;
+    }
+    encode_added_pass(e, s, n, pass);
+}
+
+static void encode_added_pass(enc_t *e, const char *s, size_t n, int pass) {
     size_t done = 0; /* start_offset: the end of the last token taken */
     for (size_t i = 0; i < n;) {
         const bpe_added_t *a = added_at(e->bpe, s, i, n, pass == 1);
@@ -468,7 +490,7 @@ static void encode_added(enc_t *e, const char *s, size_t n, int pass) {
             i++;
             continue;
         }
-        size_t start = i, stop = i + a->len;
+        size_t start = i, stop = i + a->match_len;
         i = stop; /* the matcher goes on after the match, whatever is done with it */
         if (a->single_word) {
             bool left = start == 0 || !is_word_char(cp_at(s + cp_start_before(s, start), n));
@@ -504,7 +526,7 @@ static void encode_added(enc_t *e, const char *s, size_t n, int pass) {
 int bpe_encode(const bpe_t *bpe, const char *text, size_t len, bool add_special_tokens,
                int32_t **ids_out, size_t *n_out, sl_err_t *err) {
     *ids_out = NULL, *n_out = 0;
-    if (!utf8_valid(text, len)) return sl_fail(err, "text is not valid UTF-8");
+    if (!bpe_utf8_valid(text, len)) return sl_fail(err, "text is not valid UTF-8");
     enc_t e = {.bpe = bpe};
     e.md = pcre2_match_data_create(1, NULL);
     if (!e.md) return sl_fail(err, "out of memory (PCRE2 match data)");

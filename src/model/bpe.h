@@ -1,16 +1,18 @@
 /* bpe.h - byte-level BPE tokenizers from Hugging Face tokenizer.json (private to src/model).
  *
- * Encodes and decodes as the `tokenizers` package does for GPT-2, Llama-3 and
- * SmolLM checkpoints: added tokens are matched first (leftmost-longest, with
- * their single_word / lstrip / rstrip flags), the text between them goes
- * through the pre-tokenizers (Split with a regex or string, Digits, ByteLevel
+ * Encodes and decodes as the `tokenizers` package does for GPT-2, Llama-3,
+ * Qwen2 and SmolLM checkpoints: added tokens are matched first (leftmost-
+ * longest, with their single_word / lstrip / rstrip flags; non-normalized
+ * ones, then normalized ones in the NFC-normalized rest when the normalizer is
+ * NFC, by utf8proc), the text between them goes through the pre-tokenizers (Split with a regex or string, Digits, ByteLevel
  * with the GPT-2 regex, Sequence; ByteLevel last), then the BPE model (merges
  * by rank, ignore_merges). The post-processor's TemplateProcessing adds its
  * special tokens around the ids when asked. Decoding is the ByteLevel
  * decoder's, with Rust's from_utf8_lossy for bytes that are not UTF-8.
  * Regexes are PCRE2's (UTF + UCP), standing in for tokenizers' Oniguruma.
- * Not supported, refused at load: normalizers, other models and decoders,
- * byte_fallback, subword prefixes/suffixes, dropout.
+ * Not supported, refused at load: normalizers other than NFC, other models
+ * and decoders, byte_fallback, subword prefixes/suffixes, dropout, fuse_unk.
+ * single_word's word characters are ASCII letters, digits and '_' here.
  */
 #ifndef SERVELAB_BPE_H
 #define SERVELAB_BPE_H

@@ -43,8 +43,10 @@ typedef struct {
 } pretok_t;
 
 typedef struct {
-    char *text;
+    char *text; /* content: the token's text in the vocabulary */
     size_t len;
+    char *match; /* what is matched in the text: content, or its NFC when normalized */
+    size_t match_len;
     int32_t id;
     bool single_word, lstrip, rstrip, normalized, special;
 } bpe_added_t;
@@ -58,6 +60,7 @@ struct bpe {
     int32_t byte_id[256]; /* id of the one-character token of each byte, -1 if none */
     int32_t unk_id;
     bool ignore_merges;
+    bool nfc; /* the normalizer is NFC (Qwen2): applied between non-normalized added tokens */
     pretok_t *pretok;
     int n_pretok;
     bpe_added_t *added;
@@ -75,6 +78,10 @@ extern const char *bpe_byte_char[256];
 void bpe_byte_map_init(void);
 /* The byte a character stands for, or -1 for characters outside the map. */
 int bpe_char_byte(uint32_t cp);
+
+bool bpe_utf8_valid(const char *s, size_t n);
+/* NFC of valid UTF-8 s[0..n): malloc'd, its length in *n_out. */
+char *bpe_nfc(const char *s, size_t n, size_t *n_out);
 
 void strmap_put(strmap_t *m, const char *s, size_t n, int32_t id);
 int32_t strmap_get(const strmap_t *m, const char *s, size_t n);

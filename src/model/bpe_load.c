@@ -1,6 +1,6 @@
 /* bpe_load.c - reads a Hugging Face tokenizer.json into a bpe_t.
  *
- * Takes what GPT-2, Llama-3, Qwen2-style and SmolLM files hold: a BPE model
+ * Takes what GPT-2, Llama-3, Qwen2 and SmolLM files hold: the NFC normalizer, a BPE model
  * (vocab, merges as "a b" strings or ["a", "b"] pairs, ignore_merges), added
  * tokens, the ByteLevel / Split / Digits / Sequence pre-tokenizers, the
  * ByteLevel and TemplateProcessing post-processors and the ByteLevel decoder.
@@ -38,6 +38,15 @@ static bool is_set(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]) &&
            !(cJSON_IsNumber(v) && v->valuedouble == 0) && !cJSON_IsFalse(v);
+}
+
+/* NFC, or a Sequence of just NFC. */
+static bool is_nfc(const cJSON *n) {
+    if (!strcmp(type_of(n), "Sequence")) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        return cJSON_GetArraySize(list) == 1 && is_nfc(cJSON_GetArrayItem(list, 0));
+    }
+    return !strcmp(type_of(n), "NFC");
 }
 
 static int regex_add(bpe_t *bpe, const char *name, const char *pattern, bool literal,
@@ -227,8 +236,13 @@ static int added_parse(bpe_t *bpe, const cJSON *list, const char *name, sl_err_t
         a->rstrip = jbool(e, "rstrip", false);
         a->special = jbool(e, "special", false);
         a->normalized = jbool(e, "normalized", !a->special);
+        if (!bpe_utf8_valid(a->text, a->len)) return sl_fail(err, "%s: added token %d is not UTF-8", name, a->id);
+        a->match = a->text, a->match_len = a->len;
+        if (a->normalized && bpe->nfc) /* matched in normalized text: normalized too */
+            a->match = bpe_nfc(a->text, a->len, &a->match_len);
         strmap_put(&bpe->added_by, a->text, a->len, a->id);
-        bpe->added_first[(uint8_t)a->text[0] >> 3] |= (uint8_t)(1u << ((uint8_t)a->text[0] & 7));
+        if (a->match != a->text) strmap_put(&bpe->added_by, a->match, a->match_len, a->id);
+        if (a->match_len) bpe->added_first[(uint8_t)a->match[0] >> 3] |= (uint8_t)(1u << ((uint8_t)a->match[0] & 7));
         if (a->id >= bpe->n_vocab) bpe->n_vocab = a->id + 1;
     }
     return 0;
@@ -267,15 +281,15 @@ static void table_build(bpe_t *bpe) {
     }
     bpe->special = sl_calloc((size_t)V, 1);
     for (int i = 0; i < bpe->n_added; i++) { /* id_to_token asks the added tokens first */
-        bpe_added_t *a = &bpe->added[i];
-        str[a->id] = a->text, len[a->id] = (uint32_t)a->len;
+        bpe_added_t *a = &bpe->added[i]; /* tokenizers gives a normalized token its normalized text */
+        str[a->id] = a->match, len[a->id] = (uint32_t)a->match_len;
     }
     for (int i = 0; i < bpe->n_added; i++) { /* skip_special_tokens goes by the token's text */
         const bpe_added_t *a = &bpe->added[i];
         if (!a->special) continue;
         bpe->special[a->id] = 1;
-        int32_t vid = strmap_get(&bpe->vocab, a->text, a->len);
-        if (vid >= 0 && len[vid] == a->len && !memcmp(str[vid], a->text, a->len)) bpe->special[vid] = 1;
+        int32_t vid = strmap_get(&bpe->vocab, a->match, a->match_len);
+        if (vid >= 0 && len[vid] == a->match_len && !memcmp(str[vid], a->match, a->match_len)) bpe->special[vid] = 1;
     }
     size_t total = 0;
     for (int32_t id = 0; id < V; id++) total += len[id];
@@ -304,8 +318,8 @@ bpe_t *bpe_load(const char *json, size_t len, const char *name, sl_err_t *err) {
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     int rc = 0;
     if (!cJSON_IsObject(root)) rc = sl_fail(err, "%s: not a JSON object", name);
-    else if (norm && !cJSON_IsNull(norm))
-        rc = sl_fail(err, "%s: normalizer \"%s\" is not supported", name, type_of(norm));
+    else if (norm && !cJSON_IsNull(norm) && !(bpe->nfc = is_nfc(norm)))
+        rc = sl_fail(err, "%s: normalizer \"%s\" is not supported (NFC is)", name, type_of(norm));
     else if (model_parse(bpe, cJSON_GetObjectItemCaseSensitive(root, "model"), name, err) ||
              added_parse(bpe, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name, err) ||
              (pre && !cJSON_IsNull(pre) && pretok_parse(bpe, pre, name, &byte_level, err)) ||
@@ -335,7 +349,10 @@ void bpe_free(bpe_t *bpe) {
     free(bpe->pairs);
     for (int i = 0; i < bpe->n_pretok; i++) pcre2_code_free(bpe->pretok[i].re);
     free(bpe->pretok);
-    for (int i = 0; i < bpe->n_added; i++) free(bpe->added[i].text);
+    for (int i = 0; i < bpe->n_added; i++) {
+        if (bpe->added[i].match != bpe->added[i].text) free(bpe->added[i].match);
+        free(bpe->added[i].text);
+    }
     free(bpe->added);
     free(bpe->prefix_ids);
     free(bpe->suffix_ids);

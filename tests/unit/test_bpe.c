@@ -168,6 +168,8 @@ static void test_llama3_split_ignore_merges_template_matches_tokenizers(void) { 
 static void test_smollm_digits_bytelevel_matches_tokenizers(void) { check_goldens("smollm"); }
 static void test_prefix_space_lstrip_rstrip_matches_tokenizers(void) { check_goldens("prefix"); }
 
+static void test_qwen2_nfc_split_matches_tokenizers(void) { check_goldens("qwen2"); }
+
 /* The real SmolLM2-135M-Instruct tokenizer (vocab 49152), rebuilt from its GGUF. */
 static void test_smollm2_real_vocabulary_matches_tokenizers(void) { check_goldens("smollm2"); }
 
@@ -251,8 +253,8 @@ static void test_unsupported_tokenizer_json_is_refused_with_its_name(void) {
     bpe_t *b = mini("", &err);
     CHECK(b != NULL);
     bpe_free(b);
-    CHECK(!mini(",\"normalizer\":{\"type\":\"NFC\"}", &err));
-    CHECK_STR_CONTAINS(err.msg, "normalizer \"NFC\"");
+    CHECK(!mini(",\"normalizer\":{\"type\":\"NFKC\"}", &err));
+    CHECK_STR_CONTAINS(err.msg, "normalizer \"NFKC\"");
     char json[] = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
     CHECK(!bpe_load(json, strlen(json), "t.json", &err));
     CHECK_STR_CONTAINS(err.msg, "WordPiece");
@@ -282,6 +284,7 @@ int main(void) {
     RUN(test_llama3_split_ignore_merges_template_matches_tokenizers);
     RUN(test_smollm_digits_bytelevel_matches_tokenizers);
     RUN(test_prefix_space_lstrip_rstrip_matches_tokenizers);
+    RUN(test_qwen2_nfc_split_matches_tokenizers);
     RUN(test_smollm2_real_vocabulary_matches_tokenizers);
     RUN(test_bos_eos_come_from_tokenizer_config);
     RUN(test_special_tokens_inside_text_become_their_ids);
