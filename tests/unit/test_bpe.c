@@ -9,7 +9,10 @@
  * tok_encode / tok_decode, and streaming detokenization must give the same
  * text without ever emitting half a UTF-8 character.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "bpe.h"
 #include "servelab/tokenizer.h"
@@ -237,6 +240,43 @@ static void test_stream_flush_gives_one_replacement_per_partial_sequence(void) {
     tok_free(tok);
 }
 
+/* Copies `src` to dir/name. */
+static bool copy_file(const char *src, const char *dir, const char *name) {
+    sl_err_t err;
+    size_t n;
+    char *data = sl_read_file(src, 64u << 20, &n, &err), path[256];
+    if (!data) return false;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(data, 1, n, f) == n;
+    if (f) fclose(f);
+    free(data);
+    return ok;
+}
+
+/* tokenizer.model wins when both files are there; tokenizer.json alone is BPE. */
+static void test_tokenizer_model_wins_over_tokenizer_json(void) {
+    char dir[] = "/tmp/servelab_bpe_XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(copy_file("tests/data/bpe/gpt2/tokenizer.json", dir, "tokenizer.json"));
+    sl_err_t err;
+    tokenizer_t *tok = tok_load(dir, &err);
+    CHECK(tok && tok_vocab_size(tok) == 1200);
+    tok_free(tok);
+    CHECK(copy_file("models/tiny/tokenizer.model", dir, "tokenizer.model"));
+    tok = tok_load(dir, &err);
+    CHECK(tok && tok_vocab_size(tok) != 1200); /* sentencepiece's vocabulary */
+    tok_free(tok);
+    const char *names[] = {"tokenizer.json", "tokenizer.model"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    CHECK(!tok_load(dir, &err));
+    CHECK_STR_CONTAINS(err.msg, "nor tokenizer.json");
+    rmdir(dir);
+}
+
 static const char MINI[] =
     "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]},"
     "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
@@ -287,6 +327,7 @@ int main(void) {
     RUN(test_qwen2_nfc_split_matches_tokenizers);
     RUN(test_smollm2_real_vocabulary_matches_tokenizers);
     RUN(test_bos_eos_come_from_tokenizer_config);
+    RUN(test_tokenizer_model_wins_over_tokenizer_json);
     RUN(test_special_tokens_inside_text_become_their_ids);
     RUN(test_invalid_utf8_text_is_refused);
     RUN(test_stream_flush_gives_one_replacement_per_partial_sequence);
