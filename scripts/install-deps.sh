@@ -5,7 +5,7 @@ set -euo pipefail
 
 apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsentencepiece-dev
           sentencepiece libcurl4-openssl-dev clang libclang-rt-14-dev python3 python3-pip
-          prometheus libssl-dev libxxhash-dev curl)
+          prometheus libssl-dev libxxhash-dev curl libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,7 +18,7 @@ if ((${#missing[@]})); then
 fi
 
 # Python packages: module name -> pip requirement.
-declare -A py_pkgs=([numpy]="numpy>=1.24" [openai]="openai>=1.40")
+declare -A py_pkgs=([numpy]="numpy>=1.24" [openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20")
 py_missing=()
 for mod in "${!py_pkgs[@]}"; do
     python3 -c "import $mod" 2>/dev/null || py_missing+=("${py_pkgs[$mod]}")

@@ -1,6 +1,16 @@
-/* tokenizer.h - sentencepiece tokenizers of Hugging Face Llama checkpoints.
+/* tokenizer.h - the tokenizers of Hugging Face checkpoints: sentencepiece
+ * (Llama, Mistral) and byte-level BPE from tokenizer.json (GPT-2, Llama-3,
+ * Qwen2, SmolLM), behind one interface.
  *
- * Loads MODEL_DIR/tokenizer.model (sentencepiece) and tokenizer_config.json
+ * A checkpoint with tokenizer.model gets sentencepiece; one with only
+ * tokenizer.json gets byte-level BPE (src/model/bpe.h), which encodes and
+ * decodes as the `tokenizers` package: added tokens matched first, its
+ * pre-tokenizers, merges by rank, the post-processor's template for
+ * add_special_tokens, bos/eos from tokenizer_config.json, special = added
+ * tokens marked "special"; invalid UTF-8 in decoded text becomes one U+FFFD
+ * per maximal invalid subsequence (Rust's from_utf8_lossy).
+ *
+ * Sentencepiece: loads MODEL_DIR/tokenizer.model and tokenizer_config.json
  * (add_bos_token, add_eos_token, legacy, added_tokens_decoder, bos/eos/unk).
  * Encoding behaves as transformers' LlamaTokenizer: added/special tokens that
  * appear in the text (e.g. "</s>" rendered by a chat template) become their
@@ -69,6 +79,7 @@ typedef struct {
     char pending[8];     /* bytes of an incomplete UTF-8 sequence */
     int n_pending;
     bool skip_special_tokens;
+    bool merge_invalid;  /* BPE: an unfinished sequence is flushed as one U+FFFD */
 } tok_stream_t;
 
 void tok_stream_init(tok_stream_t *s, bool skip_special_tokens);
@@ -82,7 +93,7 @@ size_t tok_stream_max_bytes(const tokenizer_t *tok);
  * id (tok_stream_max_bytes() never is). */
 int tok_stream_push(const tokenizer_t *tok, tok_stream_t *s, int32_t id, char *out, size_t cap);
 /* Emits what is left at the end of a stream: each byte of an incomplete
- * sequence becomes U+FFFD, as in tok_decode(). Returns its length, or -1,
+ * sequence becomes U+FFFD (for BPE the whole sequence one), as in tok_decode(). Returns its length, or -1,
  * consuming nothing, if `cap` is too small (10 bytes always suffice). */
 int tok_stream_flush(tok_stream_t *s, char *out, size_t cap);
 

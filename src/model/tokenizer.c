@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"
 #include "sp_wrap.h"
 
 #define TOK_SPACE "\xE2\x96\x81" /* U+2581, sentencepiece's space symbol */
@@ -43,6 +44,7 @@ typedef struct {
 
 struct tokenizer {
     sp_wrap_t *sp;
+    bpe_t *bpe;      /* set instead of sp for a tokenizer.json (byte-level BPE) */
     int32_t n_vocab; /* V: sentencepiece pieces, then added tokens beyond them */
     int32_t n_sp;
     uint32_t *text_off; /* (V+1) offsets of each id's text in `arena` */
@@ -84,6 +86,15 @@ static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out) {
     }
     *cp_out = cp;
     return need + 1;
+}
+
+/* The length of the maximal invalid subpart at s[0..n) (s starts no valid
+ * sequence): the bytes Rust's from_utf8_lossy turns into one U+FFFD. */
+static size_t utf8_bad_len(const uint8_t *s, size_t n) {
+    uint32_t cp;
+    for (size_t k = n < 3 ? n : 3; k > 1; k--)
+        if (utf8_next(s, k, &cp) == 0) return k;
+    return 1;
 }
 
 /* Offset of the first byte that is not valid UTF-8, or n if all are. */
@@ -313,6 +324,65 @@ static void table_build(tokenizer_t *tok) {
     free(by_id);
 }
 
+/* BOS/EOS of a BPE checkpoint: tokenizer_config.json's bos_token/eos_token;
+ * without them, the post-processor's first token is the BOS. */
+static int bpe_config(tokenizer_t *tok, const char *model_dir, sl_err_t *err) {
+    char path[4096];
+    tok->bos_id = bpe_template_bos(tok->bpe);
+    tok->eos_id = tok->unk_id = tok->pad_id = -1;
+    if (sl_path_join(path, sizeof path, model_dir, "tokenizer_config.json") != 0 ||
+        !sl_file_exists(path))
+        return 0;
+    char *json = sl_read_file(path, TOK_MAX_CONFIG_BYTES, NULL, err);
+    if (!json) return -1;
+    cJSON *root = cJSON_Parse(json);
+    free(json);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sl_fail(err, "%s: not a JSON object", path);
+    }
+    const char *names[2] = {"bos_token", "eos_token"};
+    int32_t *ids[2] = {&tok->bos_id, &tok->eos_id};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, names[i]);
+        const char *text = v ? json_token_text(v) : NULL;
+        if (!text) continue;
+        *ids[i] = bpe_token_id(tok->bpe, text, strlen(text));
+        if (*ids[i] < 0) LOG_WARNING("tokenizer: %s \"%s\" is not in the vocabulary; ignored", names[i], text);
+    }
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* A checkpoint with tokenizer.json and no tokenizer.model: byte-level BPE.
+ * The per-id table holds the ByteLevel decoder's bytes of each id. */
+static tokenizer_t *bpe_tok_load(const char *model_dir, const char *path, sl_err_t *err) {
+    size_t len;
+    char *json = sl_read_file(path, TOK_MAX_CONFIG_BYTES, &len, err);
+    if (!json) return NULL;
+    tokenizer_t *tok = sl_calloc(1, sizeof *tok);
+    tok->bpe = bpe_load(json, len, path, err);
+    free(json);
+    if (!tok->bpe || bpe_config(tok, model_dir, err) != 0) {
+        tok_free(tok);
+        return NULL;
+    }
+    int32_t V = tok->n_vocab = bpe_vocab_size(tok->bpe);
+    tok->flags = sl_calloc((size_t)V, 1);
+    tok->text_off = sl_calloc((size_t)V + 1, sizeof *tok->text_off);
+    sbuf_t arena = {0};
+    for (int32_t id = 0; id < V; id++) {
+        size_t n;
+        const char *s = bpe_id_bytes(tok->bpe, id, &n);
+        table_put(tok, &arena, id, s, n);
+        if (bpe_is_special(tok->bpe, id)) tok->flags[id] = PF_SPECIAL | PF_NAMED;
+        if (n > tok->max_text_bytes) tok->max_text_bytes = n;
+    }
+    tok->text_off[V] = (uint32_t)arena.n;
+    tok->arena = arena.p ? arena.p : sl_calloc(1, 1);
+    return tok;
+}
+
 tokenizer_t *tok_load(const char *model_dir, sl_err_t *err) {
     char path[4096], sp_err[SL_ERR_LEN];
     if (sl_path_join(path, sizeof path, model_dir, "tokenizer.model") != 0) {
@@ -320,7 +390,12 @@ tokenizer_t *tok_load(const char *model_dir, sl_err_t *err) {
         return NULL;
     }
     if (!sl_file_exists(path)) {
-        sl_fail(err, "%s: not found (a sentencepiece tokenizer is required)", path);
+        char json_path[4096];
+        if (sl_path_join(json_path, sizeof json_path, model_dir, "tokenizer.json") == 0 &&
+            sl_file_exists(json_path))
+            return bpe_tok_load(model_dir, json_path, err);
+        sl_fail(err, "%s: not found, nor tokenizer.json (a sentencepiece or byte-level BPE tokenizer "
+                "is required)", path);
         return NULL;
     }
     tokenizer_t *tok = sl_calloc(1, sizeof *tok);
@@ -355,6 +430,7 @@ tokenizer_t *tok_load(const char *model_dir, sl_err_t *err) {
 void tok_free(tokenizer_t *tok) {
     if (!tok) return;
     if (tok->sp) sp_wrap_free(tok->sp);
+    bpe_free(tok->bpe);
     for (int i = 0; i < tok->n_added; i++) free(tok->added[i].text);
     free(tok->added);
     free(tok->text_off);
@@ -468,6 +544,16 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, bool add_sp
     *ids_out = NULL;
     size_t bad = utf8_invalid_at(text, len);
     if (bad != len) return sl_fail(err, "text is not valid UTF-8 (at byte %zu)", bad);
+    if (tok->bpe) {
+        size_t n;
+        if (bpe_encode(tok->bpe, text, len, add_special_tokens, ids_out, &n, err) != 0) return -1;
+        if (n > INT_MAX) {
+            free(*ids_out);
+            *ids_out = NULL;
+            return sl_fail(err, "text is too long: %zu tokens", n);
+        }
+        return (int)n;
+    }
     ivec_t ids = {0};
     if (add_special_tokens && tok->add_bos && tok->bos_id >= 0) iv_put(&ids, tok->bos_id);
     char *buf = NULL;
@@ -522,16 +608,18 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, bool add_sp
 /* ---- decoding ------------------------------------------------------------- */
 
 /* Appends `raw` to `out`, each byte that starts no valid UTF-8 sequence
- * replaced by U+FFFD (sentencepiece's rule). With `hold`, a valid but
- * unfinished sequence at the end is not emitted; its length is returned. */
-static size_t utf8_sanitize(sbuf_t *out, const char *raw, size_t n, bool hold) {
+ * replaced by U+FFFD (sentencepiece's rule), or with `merge` each maximal
+ * invalid subpart (Rust's from_utf8_lossy, the BPE decoder's rule). With
+ * `hold`, a valid but unfinished sequence at the end is not emitted; its
+ * length is returned. */
+static size_t utf8_sanitize(sbuf_t *out, const char *raw, size_t n, bool hold, bool merge) {
     uint32_t cp;
     for (size_t i = 0; i < n;) {
         int k = utf8_next((const uint8_t *)raw + i, n - i, &cp);
         if (k == 0 && hold) return n - i;
         if (k <= 0) {
             sb_put(out, TOK_FFFD, 3);
-            i++;
+            i += merge ? utf8_bad_len((const uint8_t *)raw + i, n - i) : 1;
         } else {
             sb_put(out, raw + i, (size_t)k);
             i += (size_t)k;
@@ -602,6 +690,7 @@ static void piece_decode(const tokenizer_t *tok, sbuf_t *raw, int32_t id, bool h
  * Ids out of range are ignored. */
 char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip_special_tokens,
                  size_t *len_out) {
+    if (tok->bpe) return bpe_decode(tok->bpe, ids, n, skip_special_tokens, len_out);
     sbuf_t raw = {0}, out = {0};
     size_t run_i = 0;     /* position in the current run */
     size_t seg_start = 0; /* where the text of the current sentencepiece Decode() starts */
@@ -637,7 +726,7 @@ char *tok_decode(const tokenizer_t *tok, const int32_t *ids, size_t n, bool skip
         run_i++;
     }
     sb_put(&out, "", 0);
-    utf8_sanitize(&out, raw.p, raw.n, false);
+    utf8_sanitize(&out, raw.p, raw.n, false, false);
     free(raw.p);
     if (len_out) *len_out = out.n;
     return out.p;
@@ -658,7 +747,9 @@ int tok_piece_bytes(const tokenizer_t *tok, int32_t id, char *buf, size_t cap) {
 /* ---- streaming ------------------------------------------------------------ */
 
 size_t tok_stream_max_bytes(const tokenizer_t *tok) {
-    /* 3 held bytes may each become U+FFFD, then the piece (a lone byte may too). */
+    /* 3 held bytes may each become U+FFFD, then the piece (a lone byte may too;
+     * every byte of a BPE piece may). */
+    if (tok->bpe) return 9 + 3 * (tok->max_text_bytes > 1 ? tok->max_text_bytes : 1) + 1;
     return 9 + (tok->max_text_bytes > 3 ? tok->max_text_bytes : 3) + 1;
 }
 
@@ -673,8 +764,9 @@ int tok_stream_push(const tokenizer_t *tok, tok_stream_t *s, int32_t id, char *o
     if (s->skip_special_tokens && (tok->flags[id] & PF_SPECIAL)) return 0;
     size_t len;
     const char *text = id_text(tok, id, &len);
-    /* Held bytes may become U+FFFD; the piece is valid UTF-8 unless a byte. */
-    size_t need = 3 * (size_t)s->n_pending + ((tok->flags[id] & PF_BYTE) ? 3 : len) + 1;
+    /* Held bytes may become U+FFFD; the piece is valid UTF-8 unless a byte
+     * (sentencepiece) or any BPE piece (each of its bytes may be invalid). */
+    size_t need = 3 * (size_t)s->n_pending + ((tok->flags[id] & PF_BYTE) ? 3 : tok->bpe ? 3 * len : len) + 1;
     if (cap < need) return -1;
     char local[128];
     sbuf_t joined = {local, 0, sizeof local, true};
@@ -682,7 +774,8 @@ int tok_stream_push(const tokenizer_t *tok, tok_stream_t *s, int32_t id, char *o
     sb_put(&joined, s->pending, (size_t)s->n_pending);
     sb_put(&joined, text, len);
     sbuf_t o = {out, 0, cap, true};
-    size_t held = utf8_sanitize(&o, joined.p, joined.n, true);
+    s->merge_invalid = tok->bpe != NULL;
+    size_t held = utf8_sanitize(&o, joined.p, joined.n, true, s->merge_invalid);
     SL_ASSERT(held < sizeof s->pending);
     memcpy(s->pending, joined.p + joined.n - held, held);
     s->n_pending = (int)held;
@@ -694,6 +787,7 @@ int tok_stream_flush(tok_stream_t *s, char *out, size_t cap) {
     if (cap < 3 * (size_t)s->n_pending + 1) return -1;
     int n = 0;
     for (int i = 0; i < s->n_pending; i++, n += 3) memcpy(out + n, TOK_FFFD, 3);
+    if (s->merge_invalid && n) n = 3; /* held bytes are one valid prefix: one U+FFFD */
     out[n] = '\0';
     s->n_pending = 0;
     return n;
