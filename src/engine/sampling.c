@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "servelab/utf8.h"
+
 void sampling_params_default(sampling_params_t *p) {
     memset(p, 0, sizeof *p);
     p->n = 1;
@@ -57,25 +59,6 @@ static int check_ids(const int32_t *ids, int32_t n, int64_t V, const char *what,
                    list, more ? ", ..." : "", what, (long long)V);
 }
 
-static bool utf8_valid(const char *str) {
-    const uint8_t *s = (const uint8_t *)str;
-    for (size_t i = 0; s[i];) {
-        uint32_t c = s[i];
-        int need = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
-                 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-        if (need < 0) return false;
-        uint32_t cp = c & (0x7Fu >> need);
-        for (int k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false; /* also stops at the NUL */
-            cp = (cp << 6) | (s[i + k] & 0x3Fu);
-        }
-        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += (size_t)need + 1;
-    }
-    return true;
-}
 
 int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *err) {
     char v[48];
@@ -112,7 +95,7 @@ int sampling_params_validate(const sampling_params_t *p, int64_t V, sl_err_t *er
     for (int32_t i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0]) return sl_fail(err, "stop cannot contain an empty string.");
         /* Ours: matching works on bytes, which is matching on characters only for valid UTF-8. */
-        if (!utf8_valid(p->stop[i])) return sl_fail(err, "stop strings must be valid UTF-8.");
+        if (!utf8_valid(p->stop[i], strlen(p->stop[i]))) return sl_fail(err, "stop strings must be valid UTF-8.");
     }
     /* What vLLM's engine front end checks against the model. */
     if (p->logprobs > SAMPLING_MAX_LOGPROBS)

@@ -14,6 +14,7 @@
 #include <utf8proc.h>
 
 #include "bpe_impl.h"
+#include "servelab/utf8.h"
 
 /* ---- the ByteLevel byte map ------------------------------------------------ */
 
@@ -149,43 +150,6 @@ static void spans_put(spans_t *v, size_t start, size_t end) {
 
 /* ---- UTF-8 ---------------------------------------------------------------------- */
 
-/* One UTF-8 sequence at s[0..n): its length (code point in *cp), or 0 if it is
- * not valid, with *bad the length of its maximal invalid subpart (the bytes
- * from_utf8_lossy turns into one U+FFFD). */
-static int utf8_step(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad) {
-    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
-    int need;
-    uint32_t v;
-    *bad = 1;
-    if (c < 0x80) return *cp = c, 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1, v = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, v = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, v = c & 0x07;
-    else return 0;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n || s[k] < lo || s[k] > hi) return *bad = (size_t)k, 0;
-        lo = 0x80, hi = 0xBF;
-        v = (v << 6) | (s[k] & 0x3F);
-    }
-    *cp = v;
-    return need + 1;
-}
-
-bool bpe_utf8_valid(const char *s, size_t n) {
-    uint32_t cp;
-    size_t bad;
-    for (size_t i = 0; i < n;) {
-        int k = utf8_step((const uint8_t *)s + i, n - i, &cp, &bad);
-        if (!k) return false;
-        i += (size_t)k;
-    }
-    return true;
-}
-
 char *bpe_nfc(const char *s, size_t n, size_t *n_out) {
     utf8proc_uint8_t *out = NULL;
     utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out,
@@ -205,7 +169,7 @@ static bool rust_is_ws(uint32_t c) {
 static uint32_t cp_at(const char *s, size_t n) {
     uint32_t cp = 0;
     size_t bad;
-    utf8_step((const uint8_t *)s, n, &cp, &bad);
+    utf8_decode((const uint8_t *)s, n, &cp, &bad);
     return cp;
 }
 
@@ -510,7 +474,7 @@ static void encode_added_pass(enc_t *e, const char *s, size_t n, int pass) {
             while (stop < n) {
                 uint32_t cp;
                 size_t bad;
-                int k = utf8_step((const uint8_t *)s + stop, n - stop, &cp, &bad);
+                int k = utf8_decode((const uint8_t *)s + stop, n - stop, &cp, &bad);
                 if (k <= 0 || !rust_is_ws(cp)) break;
                 stop += (size_t)k;
             }
@@ -526,7 +490,7 @@ static void encode_added_pass(enc_t *e, const char *s, size_t n, int pass) {
 int bpe_encode(const bpe_t *bpe, const char *text, size_t len, bool add_special_tokens,
                int32_t **ids_out, size_t *n_out, sl_err_t *err) {
     *ids_out = NULL, *n_out = 0;
-    if (!bpe_utf8_valid(text, len)) return sl_fail(err, "text is not valid UTF-8");
+    if (!utf8_valid(text, len)) return sl_fail(err, "text is not valid UTF-8");
     enc_t e = {.bpe = bpe};
     e.md = pcre2_match_data_create(1, NULL);
     if (!e.md) return sl_fail(err, "out of memory (PCRE2 match data)");
@@ -590,7 +554,7 @@ char *bpe_decode(const bpe_t *bpe, const int32_t *ids, size_t n, bool skip_speci
     for (size_t i = 0; i < raw.n;) {
         uint32_t cp;
         size_t bad;
-        int k = utf8_step((const uint8_t *)raw.p + i, raw.n - i, &cp, &bad);
+        int k = utf8_decode((const uint8_t *)raw.p + i, raw.n - i, &cp, &bad);
         if (k > 0) {
             buf_put(&out, raw.p + i, (size_t)k);
             i += (size_t)k;

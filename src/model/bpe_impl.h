@@ -79,7 +79,6 @@ void bpe_byte_map_init(void);
 /* The byte a character stands for, or -1 for characters outside the map. */
 int bpe_char_byte(uint32_t cp);
 
-bool bpe_utf8_valid(const char *s, size_t n);
 /* NFC of valid UTF-8 s[0..n): malloc'd, its length in *n_out. */
 char *bpe_nfc(const char *s, size_t n, size_t *n_out);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bpe_impl.h"
+#include "servelab/utf8.h"
 
 #define BPE_MAX_ID (1 << 24)
 
@@ -236,7 +237,7 @@ static int added_parse(bpe_t *bpe, const cJSON *list, const char *name, sl_err_t
         a->rstrip = jbool(e, "rstrip", false);
         a->special = jbool(e, "special", false);
         a->normalized = jbool(e, "normalized", !a->special);
-        if (!bpe_utf8_valid(a->text, a->len)) return sl_fail(err, "%s: added token %d is not UTF-8", name, a->id);
+        if (!utf8_valid(a->text, a->len)) return sl_fail(err, "%s: added token %d is not UTF-8", name, a->id);
         a->match = a->text, a->match_len = a->len;
         if (a->normalized && bpe->nfc) /* matched in normalized text: normalized too */
             a->match = bpe_nfc(a->text, a->len, &a->match_len);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "servelab/utf8.h"
 #include "sp_wrap.h"
 
 #define TOK_SPACE "\xE2\x96\x81" /* U+2581, sentencepiece's space symbol */
@@ -61,52 +62,6 @@ struct tokenizer {
 };
 
 /* ---- UTF-8 ---------------------------------------------------------------- */
-
-/* Decodes one strict UTF-8 sequence (no overlongs, surrogates or > U+10FFFF)
- * at s[0..n). Returns its length, 0 if s is a valid but unfinished prefix, or
- * -1 if s[0] starts no valid sequence (sentencepiece then consumes one byte). */
-static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp_out) {
-    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
-    int need;
-    uint32_t cp;
-    if (c < 0x80) return *cp_out = c, 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3, cp = c & 0x07;
-    else return -1;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return 0;
-        if (s[k] < lo || s[k] > hi) return -1;
-        lo = 0x80, hi = 0xBF;
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    *cp_out = cp;
-    return need + 1;
-}
-
-/* The length of the maximal invalid subpart at s[0..n) (s starts no valid
- * sequence): the bytes Rust's from_utf8_lossy turns into one U+FFFD. */
-static size_t utf8_bad_len(const uint8_t *s, size_t n) {
-    uint32_t cp;
-    for (size_t k = n < 3 ? n : 3; k > 1; k--)
-        if (utf8_next(s, k, &cp) == 0) return k;
-    return 1;
-}
-
-/* Offset of the first byte that is not valid UTF-8, or n if all are. */
-static size_t utf8_invalid_at(const char *s, size_t n) {
-    uint32_t cp;
-    for (size_t i = 0; i < n;) {
-        int k = utf8_next((const uint8_t *)s + i, n - i, &cp);
-        if (k <= 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
 
 /* Python's str.isspace(), which str.strip() uses for lstrip/rstrip. */
 static bool py_isspace(uint32_t c) {
@@ -475,7 +430,7 @@ typedef struct {
 static size_t skip_space_left(const char *s, size_t start, size_t end) {
     uint32_t cp;
     while (start < end) {
-        int k = utf8_next((const uint8_t *)s + start, end - start, &cp);
+        int k = utf8_decode((const uint8_t *)s + start, end - start, &cp, NULL);
         if (k <= 0 || !py_isspace(cp)) break;
         start += (size_t)k;
     }
@@ -486,7 +441,7 @@ static size_t skip_space_right(const char *s, size_t start, size_t end) {
     uint32_t cp;
     size_t last = start; /* end of the last non-space character */
     for (size_t i = start; i < end;) {
-        int k = utf8_next((const uint8_t *)s + i, end - i, &cp);
+        int k = utf8_decode((const uint8_t *)s + i, end - i, &cp, NULL);
         if (k <= 0) k = 1;
         i += (size_t)k;
         if (!py_isspace(cp)) last = i;
@@ -614,12 +569,13 @@ int tok_encode(const tokenizer_t *tok, const char *text, size_t len, bool add_sp
  * length is returned. */
 static size_t utf8_sanitize(sbuf_t *out, const char *raw, size_t n, bool hold, bool merge) {
     uint32_t cp;
+    size_t bad;
     for (size_t i = 0; i < n;) {
-        int k = utf8_next((const uint8_t *)raw + i, n - i, &cp);
+        int k = utf8_decode((const uint8_t *)raw + i, n - i, &cp, &bad);
         if (k == 0 && hold) return n - i;
         if (k <= 0) {
             sb_put(out, TOK_FFFD, 3);
-            i += merge ? utf8_bad_len((const uint8_t *)raw + i, n - i) : 1;
+            i += merge ? bad : 1;
         } else {
             sb_put(out, raw + i, (size_t)k);
             i += (size_t)k;

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "servelab/core.h"
+#include "servelab/utf8.h"
 
 /* ---- request ids --------------------------------------------------------------------- */
 
@@ -37,29 +38,13 @@ char *http_latin1_to_utf8(const char *bytes, size_t n) {
     return out;
 }
 
-/* The length of the valid UTF-8 sequence at s[0..n) (no overlongs, no
- * surrogates, at most U+10FFFF) and its code point; 0 when it is not valid. */
-static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
-    unsigned char c = s[0];
-    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    uint32_t v = len == 1 ? c : c & (0x7Fu >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[k] & 0x3Fu);
-    }
-    if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)))
-        return 0;
-    *cp = v;
-    return len;
-}
-
 char *http_log_escape(const char *s, size_t n) {
     char *out = sl_malloc(4 * n + 1), *o = out; /* "\xNN" is the longest form of one byte */
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         uint32_t cp = 0;
-        size_t len = utf8_seq(u + i, n - i, &cp);
+        int k = utf8_decode(u + i, n - i, &cp, NULL);
+        size_t len = k > 0 ? (size_t)k : 0;
         if (len == 0) { /* not UTF-8: the byte itself */
             o += sprintf(o, "\\x%02x", u[i]);
             i++;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "servelab/openai.h"
+#include "servelab/utf8.h"
 
 typedef struct {
     char *buf;
@@ -47,9 +48,6 @@ typedef enum {
  * that deep. On anything but OAI_JSON_OK, *at is the offending byte's offset
  * (the backslash of "\u0000"). */
 oai_json_scan_t oai_json_scan(const char *s, size_t n, int max_depth, size_t *at);
-
-/* True when `n` bytes of `s` are valid UTF-8 (no surrogates, no overlongs). */
-bool oai_utf8_valid(const char *s, size_t n);
 
 /* Builds the prompt text of a chat request (`body` already type-checked at the
  * top level) as vLLM does: messages normalised (content parts joined with "\n",

@@ -123,30 +123,6 @@ oai_json_scan_t oai_json_scan(const char *s, size_t n, int max_depth, size_t *at
     return OAI_JSON_OK;
 }
 
-bool oai_utf8_valid(const char *str, size_t n) {
-    const uint8_t *s = (const uint8_t *)str;
-    size_t i = 0;
-    while (i < n) {
-        uint32_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-        if (need < 0 || (size_t)need >= n - i) return false;
-        uint32_t cp = c & (0x7Fu >> need);
-        for (int k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3Fu);
-        }
-        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += (size_t)need + 1;
-    }
-    return true;
-}
-
 int64_t oai_utf8_chars(const char *s, size_t n) {
     int64_t k = 0;
     for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;

@@ -33,7 +33,7 @@ static void sanitize_utf8(char *s) {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-        if (k <= n - i && oai_utf8_valid(s + i, k)) {
+        if (k <= n - i && utf8_valid(s + i, k)) {
             i += k;
         } else {
             s[i++] = '?';
@@ -125,7 +125,7 @@ static void dedupe_keys(cJSON *node) {
 }
 
 static cJSON *parse_body(const char *body, size_t len, oai_error_t *err) {
-    if (!oai_utf8_valid(body, len)) {
+    if (!utf8_valid(body, len)) {
         bad_request(err, NULL, "The request body is not valid UTF-8.");
         return NULL;
     }

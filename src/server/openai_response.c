@@ -64,7 +64,7 @@ void oai_token_text(const oai_ctx_t *ctx, const oai_request_t *r, int32_t id, oa
     /* Valid UTF-8 runs copied, each other byte becomes U+FFFD. */
     for (size_t i = 0; i < (size_t)n;) {
         size_t k = 1;
-        while (k <= 4 && i + k <= (size_t)n && !oai_utf8_valid(buf + i, k)) k++;
+        while (k <= 4 && i + k <= (size_t)n && !utf8_valid(buf + i, k)) k++;
         if (k <= 4 && i + k <= (size_t)n) {
             sb_put(str, buf + i, k);
             i += k;
@@ -372,7 +372,7 @@ static void raw_piece(oai_sb_t *b, const oai_ctx_t *ctx, int32_t id) {
         if (buf[i] == ' ') sb_puts(b, "\xE2\x96\x81");
         else sb_put(b, buf + i, 1);
     }
-    if (!oai_utf8_valid(b->buf ? b->buf + start : "", b->len - start)) {
+    if (!utf8_valid(b->buf ? b->buf + start : "", b->len - start)) {
         b->len = start;
         sb_puts(b, "\xEF\xBF\xBD");
     }
