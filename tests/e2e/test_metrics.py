@@ -19,7 +19,8 @@ OpenTelemetry and Datadog pipelines do. Then:
    clients' own percentiles within the histogram's bucket resolution.
 3. Accuracy: a run of known requests moves the token counters by exactly
    their token counts and the TTFT and e2e sums by the clients' timings
-   within 5%.
+   (inside them, and short of them by at most 5% plus three HTTP round
+   trips a request, measured in the run).
 4. Logs: the periodic "Engine 000: ..." line (with "Preemptions: N"), the
    preemption warning, the startup lines, all matched with regexes built
    from vLLM's format strings. --disable-log-stats removes the line and the
@@ -473,11 +474,23 @@ def main():
               delta("vllm:request_success_total", finished_reason="length") == len(lens))
         check("usage events agree", [t[3]["completion_tokens"] for t in timings] == outs and
               [t[3]["prompt_tokens"] for t in timings] == lens, [t[3] for t in timings])
+        # The server's interval lies inside the client's (it starts once the request is read and
+        # ends when the token is produced), so the server's sum is at most the clients' (1 ms a
+        # request for the clocks). The clients' also hold an HTTP round trip and their threads'
+        # scheduling, which grow together when the machine is busy: the allowance is 5% plus,
+        # per request, three round trips of a trivial request measured now.
+        rtts = []
+        for _ in range(21):
+            t0 = time.perf_counter()
+            get(srv.base + "/health")
+            rtts.append(time.perf_counter() - t0)
+        rtt = sorted(rtts)[len(rtts) // 2]
         for metric, idx in (("vllm:time_to_first_token_seconds_sum", 0), ("vllm:e2e_request_latency_seconds_sum", 2)):
             server_sum, client_sum = delta(metric), sum(t[idx] for t in timings)
-            check(f"{metric} agrees with the clients' timings within 5%",
-                  abs(server_sum - client_sum) <= 0.05 * client_sum,
-                  f"server {server_sum:.4f} s, clients {client_sum:.4f} s")
+            slack = 0.05 * client_sum + len(timings) * 3 * rtt
+            check(f"{metric} agrees with the clients' timings (inside them, short by at most 5% + 3 round trips "
+                  f"a request)", server_sum <= client_sum + 0.001 * len(timings) and client_sum - server_sum <= slack,
+                  f"server {server_sum:.4f} s, clients {client_sum:.4f} s, round trip {rtt * 1e3:.2f} ms")
 
         # ---- 4. logs -----------------------------------------------------------------------
         logs = srv.logs()
