@@ -91,7 +91,8 @@ void runner_prepare(sl_batch_t *b, const sched_output_t *so, int32_t block_size)
 
 /* One forward of batch b against kv. `logits` (b->n_logits, V) fp32 host
  * memory receives the logits; NULL leaves them in r->d_logits (device
- * backends only). A decode step runs from a CUDA graph when one fits (see
+ * backends only). A batch may ask for more rows than it has sequences, up to
+ * max_seqs (every position of a prefill: `eval perplexity`). A decode step runs from a CUDA graph when one fits (see
  * runner_graphs_t), otherwise op by op. */
 void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv, float *logits);
 

@@ -5,6 +5,7 @@
  *   servelab bench decode|throughput|scheduler ...  benchmarks (print figures)
  *   servelab bench serve|compare ...                the load generator (vllm bench serve)
  *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
+ *   servelab eval perplexity MODEL_DIR --text FILE  perplexity, sliding window (eval.c)
  *
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
  * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
@@ -17,7 +18,7 @@
 #include "servelab/core.h"
 
 static const char *usage =
-    "usage: servelab {serve,generate,bench,render} ...\n"
+    "usage: servelab {serve,generate,bench,render,eval} ...\n"
     "  serve MODEL_DIR [--host H] [--port 8000] [--api-key KEY] [engine flags]   (--help for all)\n"
     "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
     "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
@@ -25,6 +26,8 @@ static const char *usage =
     "  bench serve [--base-url URL] [...] | bench compare BASE.json NEW.json [--gate NAME=+P% ...]\n"
     "  render MODEL_DIR --messages JSON [--chat-template PATH_OR_INLINE] [--no-generation-prompt]\n"
     "         [--json]\n"
+    "  eval perplexity MODEL_DIR (--text FILE | --tokens FILE) [--max-model-len N] [--stride S]\n"
+    "                  [engine flags]\n"
     "  --version\n"
     "Run `servelab COMMAND --help` for a command's flags.\n";
 
@@ -41,7 +44,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return cli_serve(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
     cli_usage_error(usage,
-                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render')",
+                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render', 'eval')",
                     argv[1]);
 }

@@ -194,7 +194,7 @@ static bool graph_step(model_runner_t *r, const sl_batch_t *b, const kv_cache_t 
 
 void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv, float *logits) {
     SL_ASSERT(b->n_tokens > 0 && b->n_tokens <= r->max_tokens && b->n_seqs <= r->max_seqs);
-    SL_ASSERT(b->max_blocks <= r->max_blocks && b->n_logits <= b->n_seqs);
+    SL_ASSERT(b->max_blocks <= r->max_blocks && b->n_logits <= r->max_seqs);
     SL_ASSERT(logits || r->d_logits);
     if (graph_step(r, b, kv)) {
         r->n_graph_steps++;

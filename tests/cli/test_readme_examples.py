@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The README's `generate --prompts-file` and `render --messages @FILE` commands, run verbatim.
+"""The README's `generate --prompts-file`, `render --messages @FILE` and `eval perplexity models/tiny`
+commands, run verbatim.
 
 Takes each such command from README.md's code blocks, checks that every file
 it names exists in the repository, and runs it from the repository root with
@@ -21,7 +22,8 @@ def readme_commands(readme):
         line = line.split("  #")[0].strip()
         if not line.startswith("build/servelab "):
             continue
-        if ("generate" in line and "--prompts-file" in line) or ("render" in line and "--messages @" in line):
+        if (("generate" in line and "--prompts-file" in line) or ("render" in line and "--messages @" in line)
+                or ("eval perplexity models/tiny" in line)):
             cmds.append(line)
     return cmds
 
@@ -40,10 +42,11 @@ def main():
     cmds = readme_commands(os.path.join(args.root, "README.md"))
     check("README has a generate --prompts-file and a render --messages @FILE example",
           any("generate" in c for c in cmds) and any("render" in c for c in cmds), repr(cmds))
+    check("README has an eval perplexity example on models/tiny", any("eval perplexity" in c for c in cmds))
     for cmd in cmds:
         argv = shlex.split(cmd)
         files = [a.lstrip("@") for i, a in enumerate(argv)
-                 if a.startswith("@") or (i and argv[i - 1] in ("--prompts-file", "--chat-template"))]
+                 if a.startswith("@") or (i and argv[i - 1] in ("--prompts-file", "--chat-template", "--text"))]
         missing = [f for f in files if not os.path.isfile(os.path.join(args.root, f))]
         check(f"files exist: {' '.join(files)}", files and not missing, f"missing {missing}")
         res = subprocess.run([args.servelab] + argv[1:], cwd=args.root, capture_output=True, text=True,

@@ -5,7 +5,7 @@ Each mistake must be refused quickly with one precise `servelab: error: ...`
 line and exit 1 (or, for --help, print usage and exit 0): a busy --port, an
 unreadable --prompts-file, a MODEL_DIR that is not a checkpoint. Also checks
 that the chosen device is logged at INFO, that usage lists every command, and
-that serve --help and generate --help describe every flag with its default.
+that serve, generate and eval --help describe every flag with its default.
 Prints one line per check and "N passed, N failed".
 """
 import argparse
@@ -80,10 +80,10 @@ def main():
         check(f"bench {' '.join(sub + ['--help'])} prints usage and exits 0",
               res.returncode == 0 and res.stdout.startswith("usage: servelab bench"), res.stderr[-300:])
     # Top-level usage and the unknown-command message list every command.
-    commands = ("serve", "generate", "bench", "render")
+    commands = ("serve", "generate", "bench", "render", "eval")
     res, _ = run([sl, "--help"], timeout=30)
     check("servelab --help lists every command", res.returncode == 0 and
-          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render}" in res.stdout,
+          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render,eval}" in res.stdout,
           res.stdout[-300:])
     res, _ = run([sl, "frobnicate"], timeout=30)
     errs = error_lines(res.stderr)
@@ -98,10 +98,10 @@ def main():
           lines[0].startswith("servelab: error: --prompts-file /nonexistent/prompts.jsonl: cannot open"),
           "\n".join(lines)[-400:])
 
-    # serve --help and generate --help describe every flag their usage lists: each flag starts
+    # serve, generate and eval --help describe every flag their usage lists: each flag starts
     # a line of the descriptions below the usage (the usage's own lines do not count).
     import re
-    for cmd in ("serve", "generate"):
+    for cmd in ("serve", "generate", "eval"):
         res, _ = run([sl, cmd, "--help"], timeout=30)
         usage, _, described = res.stdout.partition("\n\n")
         flags = sorted(set(re.findall(r"--(?:\[no-\])?[a-z][a-z0-9-]*", usage)))
