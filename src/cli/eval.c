@@ -294,7 +294,7 @@ int cli_eval(int argc, char **argv) {
         switch (c) {
         case O_TEXT: a.text = optarg; break;
         case O_TOKENS: a.tokens = optarg; break;
-        case O_STRIDE: a.stride = cli_parse_int("--stride", optarg, 1, 1ll << 31); break;
+        case O_STRIDE: a.stride = cli_parse_int("--stride", optarg, 1, INT32_MAX); break;
         case 'h': printf("%s%s%s%s", eval_usage, engine_usage, eval_help, engine_help); free(opts); return 0;
         default: cli_usage_error(eval_usage, "unrecognized or incomplete argument: %s", argv[optind - 1]);
         }
