@@ -162,16 +162,22 @@ class Model:
         return c
 
     # --- weights -----------------------------------------------------------------------------
+    def check_tensors(self):
+        """Raises GGUFError for a tensor the import cannot read (its type or its name)."""
+        for t in self.r.tensors:
+            if t.tensor_type.name not in SUPPORTED_TYPES:
+                raise GGUFError(f"{self.path}: tensor {t.name} is {t.tensor_type.name}; "
+                                f"the import reads {', '.join(SUPPORTED_TYPES)}")
+            hf_name(t.name)
+
     def tensors(self):
         """Yields (transformers name, float32 array of the transformers shape) for every tensor."""
         import numpy as np
         from gguf.quants import dequantize
         n_heads = int(self.need("llama.attention.head_count"))
         n_kv = int(self.get("llama.attention.head_count_kv", n_heads))
+        self.check_tensors()
         for t in self.r.tensors:
-            if t.tensor_type.name not in SUPPORTED_TYPES:
-                raise GGUFError(f"{self.path}: tensor {t.name} is {t.tensor_type.name}; "
-                                f"the import reads {', '.join(SUPPORTED_TYPES)}")
             name = hf_name(t.name)
             w = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
             # GGUF shapes are innermost first: [cols, rows]
