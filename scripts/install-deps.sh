@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# Installs what servelab needs to build and test, and nothing that is already there.
-# Debian packages via apt-get; Python packages (test and model tooling only) via pip.
+# Installs what servelab needs, and nothing that is already there.
+#   scripts/install-deps.sh run    to build and serve: the compiler and libraries, python3 and
+#                                  the packages tools/import-gguf needs (make run)
+#   scripts/install-deps.sh test   all of run, plus what the tests use: clang and its fuzzing
+#                                  runtime, Prometheus, sentencepiece's trainer (tools/make_model.py),
+#                                  the openai and tokenizers packages (make test; the default)
+# Debian packages via apt-get; Python packages via pip.
 set -euo pipefail
+what=${1:-test}
+case $what in run | test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
 apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsentencepiece-dev
-          sentencepiece libcurl4-openssl-dev clang libclang-rt-14-dev python3 python3-pip
-          prometheus libssl-dev libxxhash-dev curl libpcre2-dev libutf8proc-dev)
+          libcurl4-openssl-dev libssl-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3 python3-pip curl)
+# Python packages: module name -> pip requirement. gguf brings numpy.
+declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
+if [ "$what" = test ]; then
+    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus)
+    py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20")
+fi
+
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,8 +30,6 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python packages: module name -> pip requirement.
-declare -A py_pkgs=([numpy]="numpy>=1.24" [openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20")
 py_missing=()
 for mod in "${!py_pkgs[@]}"; do
     python3 -c "import $mod" 2>/dev/null || py_missing+=("${py_pkgs[$mod]}")

@@ -5,7 +5,9 @@
  *
  * Like vLLM's LLM.generate, every prompt is submitted at once and the engine
  * batches them continuously; outputs come back in input order. Each line of a
- * prompts file is {"prompt": TEXT, ...vLLM SamplingParams fields...}; --prompt
+ * prompts file is {"prompt": TEXT, ...vLLM SamplingParams fields...}, or
+ * {"prompt_token_ids": [ids], ...} (vLLM's TokensPrompt: the ids are used as they
+ * are, and "prompt" becomes their decode); --prompt
  * prompts use --max-tokens/--temperature/--ignore-eos and seed --seed + i.
  * Without --json the prompt and its continuation are printed (streamed as they
  * are generated). With --json, one object per prompt per line: "prompt",
@@ -152,15 +154,31 @@ static job_t *read_prompts_file(const char *path, int *n_jobs) {
         if (!j || !cJSON_IsObject(j)) sl_die("%s:%d: not a JSON object", path, line_no);
         const cJSON *it;
         cJSON_ArrayForEach(it, j) {
-            if (strcmp(it->string, "prompt") && !sampling_json_is_known_key(it->string))
+            if (strcmp(it->string, "prompt") && strcmp(it->string, "prompt_token_ids") &&
+                !sampling_json_is_known_key(it->string))
                 sl_die("%s:%d: unknown field \"%.64s\"", path, line_no, it->string);
         }
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        if (!cJSON_IsString(p)) sl_die("%s:%d: prompt: expected a string", path, line_no);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "prompt_token_ids");
+        if (p && ids) sl_die("%s:%d: give prompt or prompt_token_ids, not both", path, line_no);
+        if (!ids && !cJSON_IsString(p))
+            sl_die("%s:%d: prompt: expected a string (or prompt_token_ids: a list of token ids)", path, line_no);
         jobs = sl_realloc(jobs, (size_t)(n + 1) * sizeof *jobs);
         job_t *job = &jobs[n++];
         memset(job, 0, sizeof *job);
-        job->prompt = sl_strdup(p->valuestring);
+        if (p) {
+            job->prompt = sl_strdup(p->valuestring);
+        } else {
+            int32_t k = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+            if (k == 0) sl_die("%s:%d: prompt_token_ids: expected a non-empty array of token ids", path, line_no);
+            job->ids = sl_calloc((size_t)k, sizeof *job->ids);
+            cJSON_ArrayForEach(it, ids) {
+                /* the range against the vocabulary is engine_submit's check */
+                if (!cJSON_IsNumber(it) || it->valuedouble != (double)(int32_t)it->valuedouble)
+                    sl_die("%s:%d: prompt_token_ids: expected integers", path, line_no);
+                job->ids[job->n_ids++] = (int32_t)it->valuedouble;
+            }
+        }
         sampling_params_default(&job->params);
         if (sampling_params_from_json(j, &job->params, &err)) sl_die("%s:%d: %s", path, line_no, err.msg);
         cJSON_Delete(j);
@@ -244,7 +262,12 @@ int cli_generate(int argc, char **argv) {
     for (int i = 0; i < n_jobs; i++) {
         job_t *job = &jobs[i];
         if (job->params.logprobs < 0) job->params.logprobs = 0; /* always report the chosen logprob */
-        job->n_ids = tok_encode(engine_tokenizer(engine), job->prompt, strlen(job->prompt), true, &job->ids, &err);
+        if (job->ids) {
+            /* ids out of range decode to nothing; engine_submit refuses them */
+            job->prompt = tok_decode(engine_tokenizer(engine), job->ids, (size_t)job->n_ids, false, NULL);
+        } else {
+            job->n_ids = tok_encode(engine_tokenizer(engine), job->prompt, strlen(job->prompt), true, &job->ids, &err);
+        }
         if (job->n_ids < 0 || !(job->stream = engine_submit(engine, job->ids, job->n_ids, &job->params, &err))) {
             fprintf(stderr, "servelab: error: prompt %d: %s\n", i, err.msg);
             status = 1;

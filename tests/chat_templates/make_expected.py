@@ -46,6 +46,7 @@ TEMPLATES = [
     ("fewshot-metamath-orcavicuna-mistral", "fewshot-metamath-orcavicuna-mistral.jinja", "<s>", "</s>"),
     ("llama-3-8b-instruct", "llama-3-8b-instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
     ("llama-3.3-70b-instruct", "llama-3.3-70b-instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+    ("smollm2-135m-instruct", "smollm2-135m-instruct.jinja", "<|im_start|>", "<|im_end|>"),
 ]
 
 TOOLS = [{

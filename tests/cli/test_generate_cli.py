@@ -75,6 +75,15 @@ def main():
           xx[-1]["token_ids"] == outs[9]["token_ids"] and xx[-1]["num_cached_tokens"] > 0,
           json.dumps(xx[-1] if xx else None)[-300:])
 
+    # vLLM's TokensPrompt: the same ids as prompt_token_ids give the same greedy tokens, and the
+    # prompt's decode as "prompt".
+    ids_line = {k: v for k, v in target.items() if k != "prompt"}
+    ids_line["prompt_token_ids"] = outs[7]["prompt_token_ids"]
+    _, by_ids, _ = generate(args.servelab, args.model, [ids_line])
+    check("prompt_token_ids: same greedy tokens as the text prompt", by_ids and
+          by_ids[0]["token_ids"] == outs[7]["token_ids"] and by_ids[0]["prompt_token_ids"] == outs[7]["prompt_token_ids"],
+          json.dumps(by_ids[0] if by_ids else None)[-300:])
+
     # A stop string taken from the greedy text itself.
     text = outs[11]["text"]
     if len(text) >= 6:
@@ -92,6 +101,9 @@ def main():
         ("wrong type", '{"prompt": "x", "temperature": "hot"}', "temperature: expected a number"),
         ("not JSON", '{"prompt": ', "not a JSON object"),
         ("missing prompt", '{"max_tokens": 3}', "prompt: expected a string"),
+        ("prompt and prompt_token_ids", '{"prompt": "x", "prompt_token_ids": [1]}', "not both"),
+        ("prompt_token_ids not ids", '{"prompt_token_ids": [1, "a"]}', "prompt_token_ids: expected integers"),
+        ("prompt_token_ids empty", '{"prompt_token_ids": []}', "non-empty array"),
     ]:
         res, outs_bad, path = generate(args.servelab, args.model, [lines[0], bad])
         err = res.stderr.strip().splitlines()
