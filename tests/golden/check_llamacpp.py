@@ -11,11 +11,12 @@ servelab computes from the exact dequantization (stored in bf16 by the import), 
   2. exact: servelab's greedy tokens (the checkpoint's own dtype, bf16) equal llama.cpp's, token
      for token, on every prompt, and end the same way (EOS or the length limit);
   3. quantized: teacher-forced along llama.cpp's answers (each prefix of them as a prompt, one
-     greedy token), servelab's top-1 equals llama.cpp's choice on at least --min-agree of the
-     steps, and where it does not, llama.cpp's token is in servelab's top 5. llama.cpp's 8-bit
-     activations move logprobs by up to ~0.2 nats, which flips near-ties: measured 234 of 247
-     (94.7%) when recorded, so the bar is 92%. Free-running greedy answers diverge at the
-     first flipped near-tie, which is why this half is teacher-forced.
+     greedy token); where servelab's top-1 differs from llama.cpp's choice, each must be in the
+     other's top 5 (vLLM's check_logprobs_close rule). The share of equal top-1 steps is
+     printed, not asserted: llama.cpp's 8-bit activations move logprobs by up to ~0.2 nats,
+     which flips near-ties (234 of 247 steps, 94.7%, agreed when recorded), while a wrong
+     import moves logits by their whole spread and breaks the top-5 rule. Free-running greedy
+     answers diverge at the first flipped near-tie, which is why this half is teacher-forced.
 Prints one line per check and "N passed, N failed".
 """
 import argparse
@@ -47,7 +48,6 @@ def main():
     ap.add_argument("--model", required=True, help="the imported checkpoint")
     ap.add_argument("--exact", required=True, help="goldens recorded with --dequantized")
     ap.add_argument("--quantized", required=True, help="goldens recorded from the GGUF as stored")
-    ap.add_argument("--min-agree", type=float, default=0.92)
     args = ap.parse_args()
     if not os.path.isfile(os.path.join(args.model, "config.json")):
         sys.exit(f"{args.model}: no checkpoint (make demo-model imports it)")
@@ -74,21 +74,24 @@ def main():
               f"llama.cpp {c['token_ids'][k:k + 4] if k is not None else []} {c['stop_type']}")
 
     quant = json.load(open(args.quantized, encoding="utf-8"))
-    lines, want = [], []
+    lines, want, theirs_top5 = [], [], []
     for c in quant["cases"]:
         for j, t in enumerate(c["token_ids"]):
             lines.append({"prompt_token_ids": c["prompt_token_ids"] + c["token_ids"][:j], "max_tokens": 1,
                           "temperature": 0, "logprobs": 5})
             want.append(t)
+            theirs_top5.append(c["top5_ids"][j])
     outs = generate(args.servelab, args.model, lines)
     check("teacher-forced: one answer per step", len(outs) == len(want), f"got {len(outs)} for {len(want)}")
-    agree = sum(o["token_ids"][0] == t for o, t in zip(outs, want))
-    missing = [(i, t) for i, (o, t) in enumerate(zip(outs, want)) if t not in [x["id"] for x in o["top_logprobs"][0]]]
-    check(f"teacher-forced top-1 agreement with llama.cpp (Q4_1): {agree} of {len(want)} "
-          f"({100 * agree / max(len(want), 1):.1f}%) >= {100 * args.min_agree:.0f}%",
-          agree >= args.min_agree * len(want))
-    check(f"teacher-forced: llama.cpp's token in servelab's top 5 at every step", not missing,
-          f"{len(missing)} steps, first {missing[:4]}")
+    agree, bad = 0, []
+    for i, (o, t, top) in enumerate(zip(outs, want, theirs_top5)):
+        ours = o["token_ids"][0]
+        agree += ours == t
+        if ours != t and (t not in [x["id"] for x in o["top_logprobs"][0]] or ours not in top):
+            bad.append((i, ours, t))
+    check(f"teacher-forced along llama.cpp's Q4_1 answers: top-1 equal at {agree} of {len(want)} steps "
+          f"({100 * agree / max(len(want), 1):.1f}%); where not, each token in the other's top 5", not bad,
+          f"{len(bad)} steps (step, ours, llama.cpp's), first {bad[:4]}")
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
