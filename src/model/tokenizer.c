@@ -149,15 +149,23 @@ static int32_t named_resolve(tokenizer_t *tok, const char *text, const char *wha
     return a->id;
 }
 
-static int config_parse(tokenizer_t *tok, const char *path, sl_err_t *err) {
+/* tokenizer_config.json's root object, or NULL with *err set. */
+static cJSON *read_json_object(const char *path, sl_err_t *err) {
     char *json = sl_read_file(path, TOK_MAX_CONFIG_BYTES, NULL, err);
-    if (!json) return -1;
+    if (!json) return NULL;
     cJSON *root = cJSON_Parse(json);
     free(json);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return sl_fail(err, "%s: not a JSON object", path);
+        sl_fail(err, "%s: not a JSON object", path);
+        return NULL;
     }
+    return root;
+}
+
+static int config_parse(tokenizer_t *tok, const char *path, sl_err_t *err) {
+    cJSON *root = read_json_object(path, err);
+    if (!root) return -1;
     tok->add_bos = json_bool(root, "add_bos_token", true);
     tok->add_eos = json_bool(root, "add_eos_token", false);
     tok->legacy = json_bool(root, "legacy", true); /* absent/null: transformers warns, uses true */
@@ -288,14 +296,8 @@ static int bpe_config(tokenizer_t *tok, const char *model_dir, sl_err_t *err) {
     if (sl_path_join(path, sizeof path, model_dir, "tokenizer_config.json") != 0 ||
         !sl_file_exists(path))
         return 0;
-    char *json = sl_read_file(path, TOK_MAX_CONFIG_BYTES, NULL, err);
-    if (!json) return -1;
-    cJSON *root = cJSON_Parse(json);
-    free(json);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return sl_fail(err, "%s: not a JSON object", path);
-    }
+    cJSON *root = read_json_object(path, err);
+    if (!root) return -1;
     const char *names[2] = {"bos_token", "eos_token"};
     int32_t *ids[2] = {&tok->bos_id, &tok->eos_id};
     for (int i = 0; i < 2; i++) {
