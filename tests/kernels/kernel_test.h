@@ -38,6 +38,28 @@ static inline void kt_require_gpu(void) {
         }                                                                                    \
     } while (0)
 
+/* SERVELAB_TEST_MAX_WORK=N (tests/cuda-emu sets it: the emulator is slow) makes a
+ * test leave out the cases whose work, a multiply-add count the test
+ * estimates, is over N; kt_report_left_out() prints how many. Unset or 0: no
+ * limit, every case runs. */
+static int64_t kt_n_left_out;
+static inline int kt_too_big(int64_t work) {
+    static int64_t cap = -1;
+    if (cap < 0) {
+        const char *env = getenv("SERVELAB_TEST_MAX_WORK");
+        cap = env ? strtoll(env, NULL, 10) : 0;
+        if (cap > 0) printf("cases over %lld multiply-adds are left out (SERVELAB_TEST_MAX_WORK)\n", (long long)cap);
+    }
+    if (cap > 0 && work > cap) {
+        kt_n_left_out++;
+        return 1;
+    }
+    return 0;
+}
+static inline void kt_report_left_out(void) {
+    if (kt_n_left_out) printf("%lld case(s) left out by SERVELAB_TEST_MAX_WORK\n", (long long)kt_n_left_out);
+}
+
 /* n uniform values in [lo, hi) from test_rng(), rounded to dt in place (so host and device agree). */
 static inline void kt_fill(float *x, int64_t n, float lo, float hi, sl_dtype_t dt) {
     kt_fill_with(test_rng, x, n, lo, hi, dt);

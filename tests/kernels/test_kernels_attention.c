@@ -92,6 +92,9 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
         if (seq_lens[s] > max_seq_len) max_seq_len = seq_lens[s];
         if (b->n_new[s] > max_query_len) max_query_len = b->n_new[s];
     }
+    int64_t work = 0; /* q.k and p.v multiply-adds of the case */
+    for (int s = 0; s < S; s++) work += 2 * (int64_t)b->n_new[s] * seq_lens[s] * H * D;
+    if (kt_too_big(work)) return 1;
     n_blocks += 3; /* spare blocks nobody owns */
 
     int32_t *perm = malloc((size_t)n_blocks * sizeof *perm);
@@ -360,5 +363,6 @@ int main(void) {
     RUN(test_prefix_hit_queries_start_at_block_boundary);
     RUN(test_mixed_batch_of_decodes_and_prefills);
     RUN(test_odd_block_sizes_and_group_sizes);
+    kt_report_left_out();
     return test_summary();
 }

@@ -1,0 +1,2 @@
+/* mma.h (cuda-emu stand-in): see slemu_device.h. */
+#include "slemu_device.h"
