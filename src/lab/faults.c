@@ -79,7 +79,9 @@ int fault_lookup(const char *name, fault_id_t *id, char *err, size_t err_len) {
             *id = (fault_id_t)i;
             return 0;
         }
-    snprintf(err, err_len, "unknown fault '%s'; valid faults: step_delay, suppress_eos, http_error", name);
+    size_t n = (size_t)snprintf(err, err_len, "unknown fault '%s'; valid faults: ", name);
+    for (int i = 0; i < FAULT_COUNT && n < err_len; i++)
+        n += (size_t)snprintf(err + n, err_len - n, "%s%s", i ? ", " : "", table[i].name);
     return -1;
 }
 
@@ -162,11 +164,23 @@ int fault_param_set(fault_spec_t *s, const char *key, const char *value, char *e
     return 0;
 }
 
+/* An integer parameter's value in p (0: not given, for the required ones, whose ranges exclude 0). */
+static int64_t int_param(const fault_params_t *p, const char *key) {
+    if (!strcmp(key, "ms")) return p->ms;
+    if (!strcmp(key, "rate")) return p->rate;
+    if (!strcmp(key, "count")) return p->count;
+    SL_ASSERT(!"a parameter in the table without a field");
+    return 0;
+}
+
 int fault_spec_check(const fault_spec_t *s, char *err, size_t err_len) {
-    if (s->id == FAULT_STEP_DELAY && s->p.ms == 0) {
-        char valid[256];
-        valid_params(&table[s->id], valid, sizeof valid);
-        snprintf(err, err_len, "step_delay: missing parameter 'ms'; valid parameters: %s", valid);
+    const fault_def_t *d = &table[s->id];
+    for (int i = 0; i < d->n_params; i++) {
+        const param_def_t *p = &d->params[i];
+        if (!p->required || p->kind != PARAM_INT || int_param(&s->p, p->key) != 0) continue;
+        char valid[512];
+        valid_params(d, valid, sizeof valid);
+        snprintf(err, err_len, "%s: missing parameter '%s'; valid parameters: %s", d->name, p->key, valid);
         return -1;
     }
     return 0;
@@ -381,7 +395,7 @@ char *faults_list_json(faults_t *f) {
                 types_format(v->types, types, sizeof types);
                 cJSON_AddStringToObject(po, "value", types);
             } else {
-                int64_t x = !strcmp(p->key, "ms") ? v->ms : !strcmp(p->key, "rate") ? v->rate : v->count;
+                int64_t x = int_param(v, p->key);
                 if (!strcmp(p->key, "count") && x == 0) cJSON_AddNullToObject(po, "value");
                 else cJSON_AddNumberToObject(po, "value", (double)x);
             }

@@ -366,7 +366,11 @@ static int admin_spec_from_json(const char *body, size_t len, fault_spec_t *s, c
     const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
     fault_id_t id;
     if (!cJSON_IsObject(root)) snprintf(err, err_len, "the body must be a JSON object {\"name\": ..., \"params\": {...}}");
-    else if (!cJSON_IsString(name)) snprintf(err, err_len, "'name' must be a string; valid faults: step_delay, suppress_eos, http_error");
+    else if (!cJSON_IsString(name)) {
+        char list[512]; /* fault_lookup's message lists the valid faults */
+        fault_lookup("", &id, list, sizeof list);
+        snprintf(err, err_len, "'name' must be a string; %s", strstr(list, "valid faults"));
+    }
     else if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params)) snprintf(err, err_len, "'params' must be an object");
     else if (fault_lookup(name->valuestring, &id, err, err_len) == 0) {
         fault_spec_init(s, id);
