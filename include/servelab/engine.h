@@ -56,6 +56,7 @@ typedef struct {
     sched_config_t sched;
     bool max_num_batched_tokens_set;/* without chunked prefill, vLLM raises an unset budget to max_model_len */
     uint64_t seed;                  /* --seed: seeds requests that bring none, in submission order */
+    struct faults *faults;          /* lab: the fault table read each step (NULL: none; borrowed) */
 } engine_config_t;
 
 /* vLLM's defaults for a small GPU (max-num-seqs 256, max-num-batched-tokens

@@ -41,6 +41,9 @@ typedef struct {
     unsigned n_threads;                /* HTTP threads (2) */
     const char *generation_config_dir; /* NULL = none ("vllm"); else defaults from its generation_config.json */
     struct metrics *metrics;           /* served on GET /metrics (NULL: 404); the server adds http_* to it */
+    struct faults *faults;             /* lab: http_error is checked here (NULL: no faults; borrowed) */
+    bool enable_fault_injection;       /* --enable-fault-injection: the /admin/faults API (needs admin_key) */
+    const char *admin_key;             /* --admin-key: Bearer key of the /admin routes (never an API key) */
 } server_config_t;
 
 void server_config_default(server_config_t *c);

@@ -4,7 +4,8 @@
  *       [--api-key KEY ...] [--chat-template PATH_OR_INLINE] [--generation-config auto|vllm|DIR]
  *       [--enable-log-requests | --disable-log-requests] [--max-log-len N]
  *       [--max-request-bytes N] [--max-waiting-requests N] [--request-header-timeout S]
- *       [--request-body-timeout S] [--disable-log-stats] [engine flags]
+ *       [--request-body-timeout S] [--disable-log-stats] [--fault NAME[:key=value,...] ...]
+ *       [--enable-fault-injection --admin-key KEY] [engine flags]
  *
  * MODEL_DIR may also be given as --model. The API key also comes from
  * VLLM_API_KEY; the idle-connection timeout from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s).
@@ -17,6 +18,9 @@
  * line and the vllm:* series off, as in vLLM (process_* and http_* remain).
  * SIGINT/SIGTERM stop gracefully: no new connections, in-flight requests get
  * a grace period, then the rest are aborted and the process exits 0.
+ * The lab's faults (docs/lab.md) start with --fault; the /admin/faults API that
+ * changes them at run time exists only with --enable-fault-injection, which
+ * needs an --admin-key different from every API key.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -28,6 +32,7 @@
 
 #include "cli.h"
 #include "engine_args.h"
+#include "servelab/lab.h"
 #include "servelab/metrics.h"
 #include "servelab/server.h"
 #include "servelab/stats_log.h"
@@ -38,7 +43,8 @@ static const char *serve_usage =
     "                      [--generation-config auto|vllm|DIR] [--enable-log-requests]\n"
     "                      [--max-log-len N] [--max-request-bytes N] [--max-waiting-requests N]\n"
     "                      [--request-header-timeout S] [--request-body-timeout S]\n"
-    "                      [--disable-log-stats] [engine flags]\n";
+    "                      [--disable-log-stats] [--fault NAME[:key=value,...] ...]\n"
+    "                      [--enable-fault-injection --admin-key KEY] [engine flags]\n";
 
 /* --help's descriptions, defaults in parentheses. */
 static const char *serve_help =
@@ -58,7 +64,12 @@ static const char *serve_help =
     "  --max-waiting-requests N      503 with Retry-After when N requests already wait (off)\n"
     "  --request-header-timeout S    a request's line and headers must arrive within S s; 0: no limit (60)\n"
     "  --request-body-timeout S      its body within S s after its headers; 0: no limit (60)\n"
-    "  --disable-log-stats           no periodic stats line and no vllm:* metrics (off)\n";
+    "  --disable-log-stats           no periodic stats line and no vllm:* metrics (off)\n"
+    "\nlab flags (docs/lab.md):\n"
+    "  --fault NAME[:key=value,...]  start with this fault on; repeat for several (none): step_delay:ms=N,\n"
+    "                                suppress_eos, http_error[:rate=PCT,types=T1,T2,count=N]\n"
+    "  --enable-fault-injection      serve the /admin/faults API (off; needs --admin-key)\n"
+    "  --admin-key KEY               Bearer key of /admin/*, never an API key (none)\n";
 
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
@@ -95,7 +106,7 @@ static _Noreturn void unknown_flag(const struct option *opts, const char *arg) {
 
 int cli_serve(int argc, char **argv) {
     enum { O_MODEL = 256, O_HOST, O_PORT, O_NAME, O_KEY, O_TEMPLATE, O_GENCFG, O_LOGREQ, O_NOLOGREQ,
-           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_HEADER_TIMEOUT, O_BODY_TIMEOUT, O_NOSTATS };
+           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_HEADER_TIMEOUT, O_BODY_TIMEOUT, O_NOSTATS, O_FAULT, O_FAULT_API, O_ADMIN_KEY };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"host", required_argument, 0, O_HOST},
@@ -112,6 +123,9 @@ int cli_serve(int argc, char **argv) {
         {"request-header-timeout", required_argument, 0, O_HEADER_TIMEOUT},
         {"request-body-timeout", required_argument, 0, O_BODY_TIMEOUT},
         {"disable-log-stats", no_argument, 0, O_NOSTATS},
+        {"fault", required_argument, 0, O_FAULT},
+        {"enable-fault-injection", no_argument, 0, O_FAULT_API},
+        {"admin-key", required_argument, 0, O_ADMIN_KEY},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -124,6 +138,8 @@ int cli_serve(int argc, char **argv) {
     const char **names = NULL, **keys = NULL;
     int n_names = 0, n_keys = 0;
     bool log_stats = true;
+    fault_spec_t *faults = NULL;
+    int n_faults = 0;
 
     optind = 1;
     opterr = 0;
@@ -154,6 +170,15 @@ int cli_serve(int argc, char **argv) {
             break;
         case O_BODY_TIMEOUT: sc.body_timeout_s = cli_parse_double("--request-body-timeout", optarg, 0, 86400); break;
         case O_NOSTATS: log_stats = false; break;
+        case O_FAULT: {
+            char ferr[768];
+            faults = sl_realloc(faults, (size_t)(n_faults + 1) * sizeof *faults);
+            if (fault_parse_spec(optarg, &faults[n_faults++], ferr, sizeof ferr))
+                cli_usage_error("", "argument --fault: %s", ferr);
+            break;
+        }
+        case O_FAULT_API: sc.enable_fault_injection = true; break;
+        case O_ADMIN_KEY: sc.admin_key = optarg; break;
         case 'h': printf("%s%s%s%s", serve_usage, engine_usage, serve_help, engine_help); free(opts); return 0;
         default: unknown_flag(opts, argv[optind - 1]);
         }
@@ -183,6 +208,11 @@ int cli_serve(int argc, char **argv) {
     sc.n_served_model_names = n_names;
     sc.api_keys = keys;
     sc.n_api_keys = n_keys;
+    if (sc.enable_fault_injection && (!sc.admin_key || !*sc.admin_key))
+        cli_usage_error("", "argument --enable-fault-injection: requires --admin-key KEY");
+    for (int i = 0; sc.admin_key && i < n_keys; i++)
+        if (!strcmp(sc.admin_key, keys[i]))
+            cli_usage_error("", "argument --admin-key: must differ from every API key");
     if (!strcmp(gencfg, "auto")) sc.generation_config_dir = model;
     else if (!strcmp(gencfg, "vllm")) sc.generation_config_dir = NULL;
     else sc.generation_config_dir = gencfg;
@@ -226,6 +256,10 @@ int cli_serve(int argc, char **argv) {
             sl_die("VLLM_LOG_STATS_INTERVAL=%s: expected a number of seconds > 0", interval_env);
     }
 
+    /* The lab's faults: off (one atomic load per step) unless asked for. */
+    faults_t *fault_table = faults_new(ea.seed);
+    ea.faults = fault_table;
+    sc.faults = fault_table;
     engine_t *engine = cli_engine_create(&ea);
     sc.max_model_len = engine_config(engine)->sched.max_model_len;
     /* As vLLM: process_* first, then the engine's vllm:* (absent with
@@ -238,6 +272,9 @@ int cli_serve(int argc, char **argv) {
         stats_logger = stats_logger_new(engine, stats_interval);
     }
     sc.metrics = metrics;
+    /* servelab:fault_* only where the lab is used, so /metrics is vLLM's otherwise. */
+    if (n_faults > 0 || sc.enable_fault_injection) faults_bind_metrics(fault_table, metrics);
+    for (int i = 0; i < n_faults; i++) faults_set(fault_table, &faults[i]);
     engine_start(engine);
     server_t *srv = server_start(&sc, engine, engine_tokenizer(engine), tmpl, special, &err);
     if (!srv) sl_die("%s", err.msg);
@@ -251,6 +288,8 @@ int cli_serve(int argc, char **argv) {
     engine_stop(engine);
     engine_free(engine);
     metrics_free(metrics);
+    faults_free(fault_table);
+    free(faults);
     chat_template_free(tmpl);
     cJSON_Delete(special);
     free(names);

@@ -11,10 +11,13 @@
  * sampling are the model runner's (model_runner.c); this file is what the
  * engine does with the tokens.
  */
+#define _GNU_SOURCE /* nanosleep */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_internal.h"
+#include "servelab/lab.h"
 
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
     pthread_mutex_lock(&st->mu);
@@ -109,7 +112,8 @@ static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
 }
 
 /* Appends the sampled token to r, runs the stop checks and posts the event. */
-static void update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now) {
+/* suppress_eos (lab): EOS and stop_token_ids do not end r; each one that would have counts. */
+static void update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now, bool suppress_eos) {
     const model_config_t *mc = &e->model.cfg;
     const sampling_params_t *p = &r->params;
     request_append(r, res->token);
@@ -123,7 +127,10 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     bool stop_token = false;
     if (n_out >= r->max_tokens || r->n_tokens >= e->cfg.sched.max_model_len) fin = FINISH_LENGTH;
     if (fin == FINISH_NONE && n_out >= p->min_tokens) {
-        if (!p->ignore_eos && is_in(mc->eos_token_ids, mc->n_eos_token_ids, res->token)) {
+        bool eos = !p->ignore_eos && is_in(mc->eos_token_ids, mc->n_eos_token_ids, res->token);
+        if (suppress_eos && (eos || is_in(p->stop_token_ids, p->n_stop_token_ids, res->token))) {
+            faults_count(e->cfg.faults, FAULT_SUPPRESS_EOS, 1);
+        } else if (eos) {
             fin = FINISH_STOP;
             stop_token = true;
         } else if (is_in(p->stop_token_ids, p->n_stop_token_ids, res->token)) {
@@ -269,6 +276,17 @@ bool engine_step(engine_t *e) {
         request_t *r = so->reqs[s];
         if (r->n_computed + so->n_new[s] == r->n_tokens) e->sampled[n_rows++] = r;
     }
+    /* Lab faults: one relaxed load per step, nothing per token when none is on. */
+    uint32_t faults = faults_mask(e->cfg.faults);
+    if (__builtin_expect(faults != 0, 0) && (faults & FAULT_BIT(FAULT_STEP_DELAY))) {
+        int32_t ms = atomic_load_explicit(&e->cfg.faults->step_delay_ms, memory_order_relaxed);
+        if (ms > 0) { /* 0 only in the instant a clear is under way */
+            struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0) {}
+            faults_count(e->cfg.faults, FAULT_STEP_DELAY, 1);
+        }
+    }
+    bool suppress_eos = faults & FAULT_BIT(FAULT_SUPPRESS_EOS);
     char fail_msg[SL_ERR_LEN];
     int failed = runner_execute(&e->runner, so, e->sampled, n_rows, e->results, fail_msg, sizeof fail_msg);
     double done = sl_now_s();
@@ -282,7 +300,7 @@ bool engine_step(engine_t *e) {
     for (int32_t i = 0; i < n_rows; i++) {
         request_t *r = e->sampled[i];
         if (request_n_output(r) == 0) n_prompt_done += r->n_prompt; /* counted once, as vLLM */
-        update_with_token(e, r, &e->results[i], done);
+        update_with_token(e, r, &e->results[i], done, suppress_eos);
         n_gen++;
     }
 

@@ -527,6 +527,10 @@ server_t *server_start(const server_config_t *cfg, engine_t *engine, const token
         {"/detokenize", "POST"}};
     for (size_t i = 0; i < sizeof route_lines / sizeof route_lines[0]; i++)
         LOG_INFO("Route: %s, Methods: %s", route_lines[i][0], route_lines[i][1]);
+    if (cfg->enable_fault_injection) { /* the lab's admin API (docs/lab.md) */
+        LOG_INFO("Route: /admin/faults, Methods: GET, POST, DELETE");
+        LOG_INFO("Route: /admin/faults/{name}, Methods: DELETE");
+    }
     sl_log(LOG_INFO, "uvicorn", 0, "Application startup complete.");
     return s;
 }

@@ -19,6 +19,7 @@
 
 #include "http.h"
 #include "servelab/http_checks.h"
+#include "servelab/lab.h"
 #include "servelab/metrics.h"
 #include "servelab/openai.h"
 
@@ -28,6 +29,7 @@ struct routes_state {
     uint64_t rng;
     char perm_hex[33];
     uint8_t (*key_digests)[HTTP_KEY_DIGEST_BYTES]; /* SHA-256 of each --api-key */
+    uint8_t admin_digest[1][HTTP_KEY_DIGEST_BYTES];  /* SHA-256 of --admin-key */
 };
 
 typedef struct route_job {
@@ -79,6 +81,7 @@ int routes_init(struct server *s, sl_err_t *err) {
     rs->key_digests = sl_calloc((size_t)(s->cfg.n_api_keys > 0 ? s->cfg.n_api_keys : 1), sizeof *rs->key_digests);
     for (int i = 0; i < s->cfg.n_api_keys; i++)
         http_key_digest(s->cfg.api_keys[i], strlen(s->cfg.api_keys[i]), rs->key_digests[i]);
+    if (s->cfg.admin_key) http_key_digest(s->cfg.admin_key, strlen(s->cfg.admin_key), rs->admin_digest[0]);
     pthread_mutex_init(&rs->rng_mu, NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -350,6 +353,104 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     return job_continue(r);
 }
 
+static enum MHD_Result method_not_allowed(http_req_t *r, const char *allow);
+
+/* ---- the lab's admin API (/admin/faults) ------------------------------------------ */
+
+/* {"name": "...", "params": {...}}: each parameter goes through fault_param_set as
+ * text, the same validation as --fault (a list of strings joins with commas). */
+static int admin_spec_from_json(const char *body, size_t len, fault_spec_t *s, char *err, size_t err_len) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    int rc = -1;
+    const cJSON *name = root ? cJSON_GetObjectItemCaseSensitive(root, "name") : NULL;
+    const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
+    fault_id_t id;
+    if (!cJSON_IsObject(root)) snprintf(err, err_len, "the body must be a JSON object {\"name\": ..., \"params\": {...}}");
+    else if (!cJSON_IsString(name)) {
+        char list[512]; /* fault_lookup's message lists the valid faults */
+        fault_lookup("", &id, list, sizeof list);
+        snprintf(err, err_len, "'name' must be a string; %s", strstr(list, "valid faults"));
+    }
+    else if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params)) snprintf(err, err_len, "'params' must be an object");
+    else if (fault_lookup(name->valuestring, &id, err, err_len) == 0) {
+        fault_spec_init(s, id);
+        rc = 0;
+        const cJSON *p;
+        const cJSON *list = cJSON_IsObject(params) ? params : NULL;
+        cJSON_ArrayForEach(p, list) {
+            char v[512] = "";
+            if (cJSON_IsString(p)) snprintf(v, sizeof v, "%s", p->valuestring);
+            else if (cJSON_IsNumber(p) && p->valuedouble == (double)(long long)p->valuedouble)
+                snprintf(v, sizeof v, "%lld", (long long)p->valuedouble);
+            else if (cJSON_IsNumber(p)) snprintf(v, sizeof v, "%g", p->valuedouble);
+            else if (cJSON_IsArray(p)) {
+                const cJSON *x;
+                size_t n = 0;
+                bool ok = true;
+                cJSON_ArrayForEach(x, p) {
+                    if (!cJSON_IsString(x) || n + strlen(x->valuestring) + 2 > sizeof v) {
+                        ok = false;
+                        break;
+                    }
+                    n += (size_t)snprintf(v + n, sizeof v - n, "%s%s", n ? "," : "", x->valuestring);
+                }
+                if (!ok || n == 0) snprintf(v, sizeof v, "?");
+            } else v[0] = '?'; /* true/false/null/objects: refused by the parameter's check */
+            if (fault_param_set(s, p->string, v, err, err_len)) {
+                rc = -1;
+                break;
+            }
+        }
+        if (rc == 0) rc = fault_spec_check(s, err, err_len);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static enum MHD_Result admin_faults(http_req_t *r) {
+    struct server *s = r->srv;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (!http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])s->routes->admin_digest, 1)) {
+        static const char body[] = "{\"error\":\"Unauthorized\"}";
+        return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    faults_t *f = s->cfg.faults;
+    const char *name = r->url[strlen("/admin/faults")] == '/' ? r->url + strlen("/admin/faults/") : NULL;
+    char err[768];
+    if (!name && !strcmp(r->method, "GET")) {
+        char *body = faults_list_json(f);
+        return respond_json(r, 200, body, strlen(body));
+    }
+    if (!name && !strcmp(r->method, "POST")) {
+        fault_spec_t spec;
+        if (admin_spec_from_json(r->body ? r->body : "", r->len, &spec, err, sizeof err))
+            return routes_error(r, 400, "BadRequestError", err, NULL);
+        faults_set(f, &spec);
+        char *body = faults_list_json(f);
+        return respond_json(r, 200, body, strlen(body));
+    }
+    if (!strcmp(r->method, "DELETE")) {
+        fault_id_t id;
+        if (!name) faults_clear_all(f);
+        else if (fault_lookup(name, &id, err, sizeof err)) return routes_error(r, 400, "BadRequestError", err, NULL);
+        else faults_clear(f, id);
+        char *body = faults_list_json(f);
+        return respond_json(r, 200, body, strlen(body));
+    }
+    return method_not_allowed(r, name ? "DELETE" : "GET, POST, DELETE");
+}
+
+/* http_error (lab): a POST request under /v1/ failed before it reaches the engine. */
+static bool inject_http_error(http_req_t *r, enum MHD_Result *ret) {
+    faults_t *f = r->srv->cfg.faults;
+    int status;
+    const char *type, *message;
+    if (!(faults_mask(f) & FAULT_BIT(FAULT_HTTP_ERROR)) || !faults_http_error_draw(f, &status, &type, &message))
+        return false;
+    *ret = routes_error(r, (unsigned)status, type, message, NULL);
+    return true;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------ */
 
 static enum MHD_Result not_found(http_req_t *r) {
@@ -409,7 +510,11 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++) {
         if (strcmp(url, posts[i].path) != 0) continue;
         if (!post) return method_not_allowed(r, "POST");
+        enum MHD_Result ret;
+        if (!strncmp(url, "/v1/", 4) && inject_http_error(r, &ret)) return ret;
         return start_job(r, posts[i].kind);
     }
+    if (s->cfg.enable_fault_injection && (!strcmp(url, "/admin/faults") || !strncmp(url, "/admin/faults/", 14)))
+        return admin_faults(r);
     return not_found(r);
 }

@@ -1,0 +1,410 @@
+/* faults.c - the fault table (names, parameters with units and ranges,
+ * descriptions, symptoms), its parser and validation, and the live state the
+ * engine and the server read.
+ *
+ * The engine reads one atomic mask per step; the parameters live under a mutex
+ * and are copied into atomics where the engine needs them (step_delay's ms).
+ * New faults are rows in `table` plus, where they act, a check of their bit.
+ */
+#define _GNU_SOURCE
+#include "servelab/lab.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "servelab/core.h"
+
+typedef enum { PARAM_INT, PARAM_TYPES } param_kind_t;
+
+typedef struct {
+    const char *key;
+    param_kind_t kind;
+    const char *unit;     /* "ms", "percent", "requests", or the list's meaning */
+    int64_t min, max;     /* PARAM_INT */
+    const char *def;      /* default, as text; NULL: required or "no limit" (see help) */
+    bool required;
+    const char *help;
+} param_def_t;
+
+typedef struct {
+    const char *name, *description, *symptom;
+    int n_params;
+    param_def_t params[3];
+} fault_def_t;
+
+static const fault_def_t table[FAULT_COUNT] = {
+    [FAULT_STEP_DELAY] = {"step_delay", "the engine thread sleeps ms extra milliseconds every step",
+                          "a throttled GPU: step time, ITL and TTFT grow (seed 003 case 1)", 1,
+                          {{"ms", PARAM_INT, "ms", 1, 60000, NULL, true, "extra milliseconds per engine step"}}},
+    [FAULT_SUPPRESS_EOS] = {"suppress_eos", "EOS and stop_token_ids never end a request",
+                            "runaway generation: requests end only at max_tokens (finish_reason length), as with "
+                            "a generation config lacking the stop token", 0, {{0}}},
+    [FAULT_HTTP_ERROR] = {"http_error", "POST /v1/* requests fail before reaching the engine, with OpenAI error bodies",
+                          "clients see 4xx/5xx errors while the engine is idle", 3,
+                          {{"rate", PARAM_INT, "percent", 0, 100, "100", false, "percent of requests failed"},
+                           {"types", PARAM_TYPES, "list", 0, 0, "server_error", false,
+                            "answers drawn from: rate_limit (429), invalid_api_key (401), context_length (400), "
+                            "server_error (503), invalid_request (400), model_not_found (404)"},
+                           {"count", PARAM_INT, "requests", 1, INT64_MAX, NULL, false,
+                            "fail exactly the next count requests, then clear (no limit)"}}},
+};
+
+static const struct {
+    const char *name;
+    int status;
+    const char *type, *message;
+} http_types[FAULT_HTTP_N_TYPES] = {
+    [FAULT_HTTP_RATE_LIMIT] = {"rate_limit", 429, "RateLimitError", "Rate limit reached. Please retry later."},
+    [FAULT_HTTP_INVALID_API_KEY] = {"invalid_api_key", 401, "AuthenticationError", "Incorrect API key provided."},
+    [FAULT_HTTP_CONTEXT_LENGTH] = {"context_length", 400, "BadRequestError",
+                                   "This model's maximum context length was exceeded. Please reduce the length "
+                                   "of the messages or completion."},
+    [FAULT_HTTP_SERVER_ERROR] = {"server_error", 503, "ServiceUnavailableError",
+                                 "The server is temporarily unable to handle the request."},
+    [FAULT_HTTP_INVALID_REQUEST] = {"invalid_request", 400, "BadRequestError", "Invalid request."},
+    [FAULT_HTTP_MODEL_NOT_FOUND] = {"model_not_found", 404, "NotFoundError", "The model does not exist."},
+};
+
+const char *fault_name(fault_id_t id) { return table[id].name; }
+const char *fault_description(fault_id_t id) { return table[id].description; }
+const char *fault_symptom(fault_id_t id) { return table[id].symptom; }
+
+int fault_lookup(const char *name, fault_id_t *id, char *err, size_t err_len) {
+    for (int i = 0; i < FAULT_COUNT; i++)
+        if (!strcmp(name, table[i].name)) {
+            *id = (fault_id_t)i;
+            return 0;
+        }
+    size_t n = (size_t)snprintf(err, err_len, "unknown fault '%s'; valid faults: ", name);
+    for (int i = 0; i < FAULT_COUNT && n < err_len; i++)
+        n += (size_t)snprintf(err + n, err_len - n, "%s%s", i ? ", " : "", table[i].name);
+    return -1;
+}
+
+/* "ms (1..60000 ms, required)" for each parameter, for error messages. */
+static void valid_params(const fault_def_t *d, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    if (d->n_params == 0) snprintf(buf, len, "none (%s takes no parameters)", d->name);
+    for (int i = 0; i < d->n_params && n < len; i++) {
+        const param_def_t *p = &d->params[i];
+        if (p->kind == PARAM_INT && p->max == INT64_MAX)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (integer >= %lld %s)", i ? ", " : "", p->key,
+                                  (long long)p->min, p->unit);
+        else if (p->kind == PARAM_INT)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (%lld..%lld %s%s)", i ? ", " : "", p->key,
+                                  (long long)p->min, (long long)p->max, p->unit, p->required ? ", required" : "");
+        else
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (comma list of rate_limit, invalid_api_key, "
+                                  "context_length, server_error, invalid_request, model_not_found)",
+                                  i ? ", " : "", p->key);
+    }
+}
+
+void fault_spec_init(fault_spec_t *s, fault_id_t id) {
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    s->p.rate = 100;
+    s->p.types = FAULT_BIT(FAULT_HTTP_SERVER_ERROR);
+}
+
+static int parse_types(const char *v, uint32_t *out) {
+    uint32_t m = 0;
+    const char *s = v;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        int k = -1;
+        for (int i = 0; i < FAULT_HTTP_N_TYPES; i++)
+            if (strlen(http_types[i].name) == n && !strncmp(s, http_types[i].name, n)) k = i;
+        if (k < 0) return -1;
+        m |= FAULT_BIT(k);
+        if (!e) break;
+        s = e + 1;
+    }
+    *out = m;
+    return 0;
+}
+
+int fault_param_set(fault_spec_t *s, const char *key, const char *value, char *err, size_t err_len) {
+    const fault_def_t *d = &table[s->id];
+    char valid[512];
+    valid_params(d, valid, sizeof valid);
+    const param_def_t *p = NULL;
+    for (int i = 0; i < d->n_params; i++)
+        if (!strcmp(key, d->params[i].key)) p = &d->params[i];
+    if (!p) {
+        snprintf(err, err_len, "%s: unknown parameter '%s'; valid parameters: %s", d->name, key, valid);
+        return -1;
+    }
+    if (p->kind == PARAM_TYPES) {
+        uint32_t m;
+        if (parse_types(value, &m)) {
+            snprintf(err, err_len, "%s: invalid types '%s'; valid parameters: %s", d->name, value, valid);
+            return -1;
+        }
+        s->p.types = m;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno || v < p->min || v > p->max) {
+        snprintf(err, err_len, "%s: invalid %s '%s'; valid parameters: %s", d->name, key, value, valid);
+        return -1;
+    }
+    if (!strcmp(key, "ms")) s->p.ms = (int32_t)v;
+    else if (!strcmp(key, "rate")) s->p.rate = (int32_t)v;
+    else if (!strcmp(key, "count")) s->p.count = v;
+    else SL_ASSERT(!"a parameter in the table without a field");
+    return 0;
+}
+
+/* An integer parameter's value in p (0: not given, for the required ones, whose ranges exclude 0). */
+static int64_t int_param(const fault_params_t *p, const char *key) {
+    if (!strcmp(key, "ms")) return p->ms;
+    if (!strcmp(key, "rate")) return p->rate;
+    if (!strcmp(key, "count")) return p->count;
+    SL_ASSERT(!"a parameter in the table without a field");
+    return 0;
+}
+
+int fault_spec_check(const fault_spec_t *s, char *err, size_t err_len) {
+    const fault_def_t *d = &table[s->id];
+    for (int i = 0; i < d->n_params; i++) {
+        const param_def_t *p = &d->params[i];
+        if (!p->required || p->kind != PARAM_INT || int_param(&s->p, p->key) != 0) continue;
+        char valid[512];
+        valid_params(d, valid, sizeof valid);
+        snprintf(err, err_len, "%s: missing parameter '%s'; valid parameters: %s", d->name, p->key, valid);
+        return -1;
+    }
+    return 0;
+}
+
+int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_len) {
+    char *buf = sl_strdup(text);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = '\0';
+    fault_id_t id;
+    int rc = fault_lookup(buf, &id, err, err_len);
+    if (rc == 0) fault_spec_init(s, id);
+    /* key=value pieces; a piece without '=' continues the previous value. */
+    char *key = NULL, val[512] = "";
+    char *rest = colon ? colon + 1 : NULL;
+    while (rc == 0 && rest) {
+        char *comma = strchr(rest, ',');
+        if (comma) *comma = '\0';
+        char *eq = strchr(rest, '=');
+        if (eq) {
+            if (key && fault_param_set(s, key, val, err, err_len)) rc = -1;
+            *eq = '\0';
+            key = rest;
+            snprintf(val, sizeof val, "%s", eq + 1);
+        } else if (key && *rest) {
+            size_t n = strlen(val);
+            snprintf(val + n, sizeof val - n, ",%s", rest);
+        } else {
+            char valid[512];
+            valid_params(&table[s->id], valid, sizeof valid);
+            snprintf(err, err_len, "%s: expected key=value, got '%s'; valid parameters: %s", table[s->id].name,
+                     rest, valid);
+            rc = -1;
+        }
+        rest = comma ? comma + 1 : NULL;
+    }
+    if (rc == 0 && key && fault_param_set(s, key, val, err, err_len)) rc = -1;
+    if (rc == 0) rc = fault_spec_check(s, err, err_len);
+    free(buf);
+    return rc;
+}
+
+static void types_format(uint32_t m, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < FAULT_HTTP_N_TYPES && n < len; i++)
+        if (m & FAULT_BIT(i)) n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", http_types[i].name);
+}
+
+void fault_params_format(const fault_spec_t *s, char *buf, size_t len) {
+    char types[160];
+    buf[0] = '\0';
+    switch (s->id) {
+    case FAULT_STEP_DELAY: snprintf(buf, len, "ms=%d", s->p.ms); break;
+    case FAULT_HTTP_ERROR:
+        types_format(s->p.types, types, sizeof types);
+        if (s->p.count > 0)
+            snprintf(buf, len, "rate=%d,types=%s,count=%lld", s->p.rate, types, (long long)s->p.count);
+        else snprintf(buf, len, "rate=%d,types=%s", s->p.rate, types);
+        break;
+    default: break;
+    }
+}
+
+/* ---- live state -------------------------------------------------------------------- */
+
+faults_t *faults_new(uint64_t seed) {
+    faults_t *f = sl_calloc(1, sizeof *f);
+    pthread_mutex_t *mu = sl_calloc(1, sizeof *mu);
+    pthread_mutex_init(mu, NULL);
+    f->mu = mu;
+    f->rng = seed;
+    for (int i = 0; i < FAULT_COUNT; i++) {
+        fault_spec_t s;
+        fault_spec_init(&s, (fault_id_t)i);
+        f->params[i] = s.p;
+    }
+    return f;
+}
+
+void faults_bind_metrics(faults_t *f, metrics_t *metrics) {
+    {
+        static const char *const labels[] = {"fault"};
+        metric_family_t *act = metrics_add(metrics, "servelab:fault_active", "Whether a lab fault is active (1) or not (0).",
+                                           METRIC_GAUGE, 1, labels, NULL, 0, 0);
+        metric_family_t *inj = metrics_add(metrics, "servelab:fault_injections_total",
+                                           "Times a lab fault acted (delayed steps, suppressed stops, failed requests).",
+                                           METRIC_COUNTER, 1, labels, NULL, 0, 0);
+        for (int i = 0; i < FAULT_COUNT; i++) {
+            const char *v[] = {table[i].name};
+            f->active_metric[i] = metric_child(act, v);
+            f->injections_metric[i] = metric_child(inj, v);
+        }
+    }
+}
+
+void faults_free(faults_t *f) {
+    if (!f) return;
+    pthread_mutex_destroy(f->mu);
+    free(f->mu);
+    free(f);
+}
+
+/* Under mu. */
+static void set_locked(faults_t *f, fault_id_t id, bool on, const fault_params_t *p) {
+    fault_spec_t s;
+    fault_spec_init(&s, id);
+    if (on) s.p = *p;
+    f->params[id] = s.p;
+    if (id == FAULT_STEP_DELAY) atomic_store(&f->step_delay_ms, s.p.ms);
+    if (on) atomic_fetch_or(&f->mask, FAULT_BIT(id));
+    else atomic_fetch_and(&f->mask, ~FAULT_BIT(id));
+    if (f->active_metric[id]) metric_set(f->active_metric[id], on ? 1.0 : 0.0);
+}
+
+void faults_set(faults_t *f, const fault_spec_t *s) {
+    char params[256];
+    fault_params_format(s, params, sizeof params);
+    pthread_mutex_lock(f->mu);
+    set_locked(f, s->id, true, &s->p);
+    pthread_mutex_unlock(f->mu);
+    LOG_INFO("Fault injection: %s set%s%s", table[s->id].name, params[0] ? " with " : "", params);
+}
+
+void faults_clear(faults_t *f, fault_id_t id) {
+    pthread_mutex_lock(f->mu);
+    bool was = atomic_load(&f->mask) & FAULT_BIT(id);
+    set_locked(f, id, false, NULL);
+    pthread_mutex_unlock(f->mu);
+    if (was) LOG_INFO("Fault injection: %s cleared", table[id].name);
+}
+
+void faults_clear_all(faults_t *f) {
+    for (int i = 0; i < FAULT_COUNT; i++) faults_clear(f, (fault_id_t)i);
+}
+
+void faults_count(faults_t *f, fault_id_t id, int64_t n) {
+    if (f->injections_metric[id]) metric_inc(f->injections_metric[id], (double)n);
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t x = *state += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+bool faults_http_error_draw(faults_t *f, int *status, const char **type, const char **message) {
+    pthread_mutex_lock(f->mu);
+    if (!(atomic_load(&f->mask) & FAULT_BIT(FAULT_HTTP_ERROR))) {
+        pthread_mutex_unlock(f->mu);
+        return false;
+    }
+    fault_params_t *p = &f->params[FAULT_HTTP_ERROR];
+    /* A counted fault fails exactly the next `count` requests, so no draw for it. */
+    bool fail = p->count > 0 || (int)(splitmix64(&f->rng) % 100) < p->rate;
+    bool expired = false;
+    if (fail) {
+        int n = __builtin_popcount(p->types), pick = (int)(splitmix64(&f->rng) % (uint64_t)n), k = 0;
+        for (int i = 0; i < FAULT_HTTP_N_TYPES; i++)
+            if ((p->types & FAULT_BIT(i)) && k++ == pick) {
+                *status = http_types[i].status;
+                *type = http_types[i].type;
+                *message = http_types[i].message;
+            }
+        if (p->count > 0 && --p->count == 0) {
+            set_locked(f, FAULT_HTTP_ERROR, false, NULL);
+            expired = true;
+        }
+    }
+    pthread_mutex_unlock(f->mu);
+    if (fail) faults_count(f, FAULT_HTTP_ERROR, 1);
+    if (expired) LOG_INFO("Fault injection: http_error cleared (its count ran out)");
+    return fail;
+}
+
+char *faults_list_json(faults_t *f) {
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "faults");
+    pthread_mutex_lock(f->mu);
+    uint32_t mask = atomic_load(&f->mask);
+    for (int i = 0; i < FAULT_COUNT; i++) {
+        const fault_def_t *d = &table[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddStringToObject(o, "description", d->description);
+        cJSON_AddStringToObject(o, "symptom", d->symptom);
+        bool on = mask & FAULT_BIT(i);
+        cJSON_AddBoolToObject(o, "active", on);
+        cJSON_AddNumberToObject(o, "injections", f->injections_metric[i] ? metric_value(f->injections_metric[i]) : 0);
+        cJSON *ps = cJSON_AddArrayToObject(o, "params");
+        const fault_params_t *v = &f->params[i];
+        for (int k = 0; k < d->n_params; k++) {
+            const param_def_t *p = &d->params[k];
+            cJSON *po = cJSON_CreateObject();
+            cJSON_AddStringToObject(po, "name", p->key);
+            cJSON_AddStringToObject(po, "type", p->kind == PARAM_INT ? "integer" : "list");
+            cJSON_AddStringToObject(po, "unit", p->unit);
+            if (p->kind == PARAM_INT) {
+                cJSON_AddNumberToObject(po, "min", (double)p->min);
+                if (p->max != INT64_MAX) cJSON_AddNumberToObject(po, "max", (double)p->max);
+            } else {
+                cJSON *vals = cJSON_AddArrayToObject(po, "values");
+                for (int t = 0; t < FAULT_HTTP_N_TYPES; t++) cJSON_AddItemToArray(vals, cJSON_CreateString(http_types[t].name));
+            }
+            cJSON_AddBoolToObject(po, "required", p->required);
+            if (p->def) cJSON_AddStringToObject(po, "default", p->def);
+            else cJSON_AddNullToObject(po, "default");
+            cJSON_AddStringToObject(po, "help", p->help);
+            if (!on) cJSON_AddNullToObject(po, "value");
+            else if (p->kind == PARAM_TYPES) {
+                char types[160];
+                types_format(v->types, types, sizeof types);
+                cJSON_AddStringToObject(po, "value", types);
+            } else {
+                int64_t x = int_param(v, p->key);
+                if (!strcmp(p->key, "count") && x == 0) cJSON_AddNullToObject(po, "value");
+                else cJSON_AddNumberToObject(po, "value", (double)x);
+            }
+            cJSON_AddItemToArray(ps, po);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    pthread_mutex_unlock(f->mu);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}

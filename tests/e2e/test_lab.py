@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The lab's fault injection (docs/lab.md) against a real `servelab serve` on models/tiny:
+the admin API's guards (404 without --enable-fault-injection, 401 without the admin key, the API
+key refused as one), its list, step_delay slowing real completions (and nothing left once
+cleared), suppress_eos running past stop_token_ids to max_tokens, http_error's counted 429s,
+400s listing the valid names, --fault at startup and its precise errors."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import KEY, NAME, Server, raw  # noqa: E402
+
+ADMIN = "lab-admin-key"
+
+
+def admin(srv, method, path="/admin/faults", body=None, key=ADMIN):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    st, _, b = raw(srv.base, method, path, data, headers)
+    return st, b
+
+
+def complete(srv, max_tokens, **extra):
+    body = {"model": NAME, "prompt": "hello world", "max_tokens": max_tokens, "temperature": 0, **extra}
+    t0 = time.monotonic()
+    st, _, b = raw(srv.base, "POST", "/v1/completions", json.dumps(body).encode(),
+                   {"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    return st, json.loads(b), time.monotonic() - t0
+
+
+def metric(srv, name, fault):
+    st, _, b = raw(srv.base, "GET", "/metrics")
+    assert st == 200
+    m = re.search(r'^%s\{fault="%s"\} (\S+)$' % (re.escape(name), fault), b.decode(), re.M)
+    assert m, f"{name}{{fault={fault}}} missing"
+    return float(m.group(1))
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+    print("ok:", msg)
+
+
+def test_admin_api_absent_without_flag(a):
+    srv = Server(a.servelab, a.model, "--admin-key", ADMIN)
+    try:
+        st, _ = admin(srv, "GET")
+        check(st == 404, "without --enable-fault-injection /admin/faults is 404")
+        st, _, b = raw(srv.base, "GET", "/metrics")
+        check(b"servelab:fault_active" not in b, "without the lab no servelab:fault_* series")
+    finally:
+        srv.stop()
+
+
+def test_lab(a):
+    srv = Server(a.servelab, a.model, "--enable-fault-injection", "--admin-key", ADMIN, "--seed", "7")
+    try:
+        check(admin(srv, "GET", key=None)[0] == 401, "no admin key: 401")
+        check(admin(srv, "GET", key="wrong")[0] == 401, "wrong admin key: 401")
+        check(admin(srv, "GET", key=KEY)[0] == 401, "the API key is not an admin key: 401")
+        st, b = admin(srv, "GET")
+        faults = {f["name"]: f for f in json.loads(b)["faults"]}
+        check(st == 200 and set(faults) == {"step_delay", "suppress_eos", "http_error"}, "GET lists the three faults")
+        check([p["name"] for p in faults["step_delay"]["params"]] == ["ms"] and
+              faults["step_delay"]["params"][0]["unit"] == "ms", "step_delay's ms, with its unit")
+        check([p["name"] for p in faults["http_error"]["params"]] == ["rate", "types", "count"], "http_error's params")
+        check(not any(f["active"] for f in faults.values()), "every fault off at start")
+
+        # Bad names, parameters and bodies: 400s that list the valid ones.
+        st, b = admin(srv, "POST", body={"name": "nope"})
+        check(st == 400 and b"step_delay" in b and b"http_error" in b, "unknown fault: 400 listing the faults")
+        st, b = admin(srv, "POST", body={"name": "step_delay", "params": {"ms": 0}})
+        check(st == 400 and b"1..60000" in b, "ms=0: 400 with the valid range")
+        st, b = admin(srv, "POST", body={"name": "step_delay", "params": {"bogus": 1}})
+        check(st == 400 and b"ms" in b, "unknown parameter: 400 listing the valid ones")
+        st, b = admin(srv, "POST", body={"name": "step_delay"})
+        check(st == 400 and b"missing" in b, "step_delay without ms: 400")
+        st, b = admin(srv, "POST", body={"name": "http_error", "params": {"types": ["teapot"]}})
+        check(st == 400 and b"rate_limit" in b, "unknown http_error type: 400 listing the types")
+        st, b = admin(srv, "POST", body=b"{not json")
+        check(st == 400, "bad JSON: 400")
+        st, b = admin(srv, "DELETE", "/admin/faults/nope")
+        check(st == 400 and b"suppress_eos" in b, "DELETE of an unknown fault: 400 listing the faults")
+
+        # step_delay: real latency, per step.
+        n = 8
+        complete(srv, n)  # warm
+        base = min(complete(srv, n)[2] for _ in range(3))
+        st, b = admin(srv, "POST", body={"name": "step_delay", "params": {"ms": 200}})
+        check(st == 200, "step_delay ms=200 set")
+        check(metric(srv, "servelab:fault_active", "step_delay") == 1, "fault_active{step_delay} 1")
+        inj0 = metric(srv, "servelab:fault_injections_total", "step_delay")
+        st, body, slow = complete(srv, n)
+        check(st == 200 and body["usage"]["completion_tokens"] == n, "the completion still succeeds")
+        check(slow >= base + (n - 1) * 0.2, f"latency grew by >= steps x 200 ms ({base:.3f} s -> {slow:.3f} s)")
+        inj1 = metric(srv, "servelab:fault_injections_total", "step_delay")
+        check(inj1 - inj0 >= n, f"injections_total counts the delayed steps (+{inj1 - inj0:.0f})")
+        st, _ = admin(srv, "DELETE", "/admin/faults/step_delay")
+        check(st == 200 and metric(srv, "servelab:fault_active", "step_delay") == 0, "DELETE clears: fault_active 0")
+        after = min(complete(srv, n)[2] for _ in range(3))
+        check(after < base + (n - 1) * 0.2 / 2, f"latency back to baseline ({after:.3f} s vs {base:.3f} s)")
+        faults = {f["name"]: f for f in json.loads(admin(srv, "GET")[1])["faults"]}
+        check(not faults["step_delay"]["active"] and faults["step_delay"]["params"][0]["value"] is None,
+              "no residue: inactive, no value")
+
+        # suppress_eos: a stop token id that ends the request early, then not.
+        st, body, _ = complete(srv, 16)
+        first = raw(srv.base, "POST", "/tokenize", json.dumps({"model": NAME, "prompt": body["choices"][0]["text"],
+                    "add_special_tokens": False}).encode(), {"Content-Type": "application/json"})
+        ids = json.loads(first[2])["tokens"]
+        stop_id = ids[1] if len(ids) > 1 else ids[0]
+        st, body, _ = complete(srv, 16, stop_token_ids=[stop_id])
+        check(body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] < 16,
+              f"stop_token_ids [{stop_id}] ends the request early without the fault")
+        st, _ = admin(srv, "POST", body={"name": "suppress_eos"})
+        check(st == 200, "suppress_eos set")
+        st, body, _ = complete(srv, 16, stop_token_ids=[stop_id])
+        check(body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 16,
+              "with suppress_eos the request runs to max_tokens (finish_reason length)")
+        check(metric(srv, "servelab:fault_injections_total", "suppress_eos") >= 1, "suppressed stops counted")
+        admin(srv, "DELETE", "/admin/faults/suppress_eos")
+        st, body, _ = complete(srv, 16, stop_token_ids=[stop_id])
+        check(body["choices"][0]["finish_reason"] == "stop", "cleared: the stop token ends it again")
+
+        # http_error: exactly the next 2 requests fail with 429, the third succeeds.
+        st, _ = admin(srv, "POST", body={"name": "http_error", "params": {"count": 2, "types": "rate_limit"}})
+        check(st == 200, "http_error count=2 types=rate_limit set")
+        for i in range(2):
+            st, body, _ = complete(srv, 2)
+            check(st == 429 and body["error"]["type"] == "RateLimitError" and body["error"]["code"] == 429,
+                  f"request {i + 1}: 429 with an OpenAI error body")
+        st, body, _ = complete(srv, 2)
+        check(st == 200, "the third request succeeds")
+        check(metric(srv, "servelab:fault_injections_total", "http_error") == 2, "injections_total counts 2")
+        check(metric(srv, "servelab:fault_active", "http_error") == 0, "the counted fault cleared itself")
+
+        # DELETE /admin/faults clears every fault.
+        admin(srv, "POST", body={"name": "suppress_eos"})
+        admin(srv, "POST", body={"name": "http_error", "params": {"rate": 0}})
+        st, b = admin(srv, "DELETE")
+        check(st == 200 and not any(f["active"] for f in json.loads(b)["faults"]), "DELETE /admin/faults clears all")
+        logs = srv.logs()
+        check("Fault injection: step_delay set with ms=200" in logs and "Fault injection: step_delay cleared" in logs,
+              "each change logged")
+    finally:
+        srv.stop()
+
+
+def test_startup_fault(a):
+    srv = Server(a.servelab, a.model, "--fault", "step_delay:ms=50")
+    try:
+        check(metric(srv, "servelab:fault_active", "step_delay") == 1, "--fault step_delay:ms=50 active from boot")
+        st, _, t = complete(srv, 4)
+        check(st == 200 and t >= 4 * 0.05, f"startup step_delay slows a completion ({t:.3f} s)")
+        check(admin(srv, "GET")[0] == 404, "--fault alone has no admin API")
+    finally:
+        srv.stop()
+    for spec, want in [("nope", "unknown fault 'nope'"), ("step_delay", "missing parameter 'ms'"),
+                       ("step_delay:ms=99999", "invalid ms '99999'"), ("http_error:types=x", "invalid types 'x'")]:
+        p = subprocess.run([a.servelab, "serve", a.model, "--device", "cpu", "--fault", spec],
+                           capture_output=True, text=True, timeout=60)
+        lines = p.stderr.strip().splitlines()
+        check(p.returncode == 2 and len(lines) == 1 and want in lines[0] and lines[0].startswith("servelab: error:"),
+              f"--fault {spec}: one precise error line, exit 2")
+    p = subprocess.run([a.servelab, "serve", a.model, "--enable-fault-injection"], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 2 and "--admin-key" in p.stderr, "--enable-fault-injection without --admin-key: exit 2")
+    p = subprocess.run([a.servelab, "serve", a.model, "--api-key", "k", "--admin-key", "k"], capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode == 2 and "differ" in p.stderr, "an admin key equal to an API key: exit 2")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    test_admin_api_absent_without_flag(a)
+    test_lab(a)
+    test_startup_fault(a)
+    print("all lab tests passed")
+
+
+if __name__ == "__main__":
+    main()
