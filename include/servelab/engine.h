@@ -101,6 +101,11 @@ typedef struct engine engine_t;
 engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err);
 void engine_free(engine_t *e);
 
+/* The CUDA activation dtype of a checkpoint, vLLM's _get_and_verify_dtype:
+ * --dtype when given; auto keeps a bf16 checkpoint in bf16 and runs fp32 and
+ * fp16 checkpoints in fp16. */
+sl_dtype_t engine_cuda_act_dtype(const model_load_opts_t *load, const model_config_t *mc);
+
 /* What the engine was built with: the resolved config (max_model_len,
  * budget, KV bytes), the model (weights, config) and tokenizer it owns, and
  * the runner (CUDA graph counters). Valid until engine_free. */

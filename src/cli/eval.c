@@ -126,8 +126,7 @@ static const sl_ops_t *ppl_backend(const ppl_args_t *a, const model_config_t *mc
         cuda_device_info_t info;
         sl_err_t err;
         if (cuda_backend_probe(0, &info, &err) == 0) {
-            /* vLLM's dtype rule, as engine_boot.c: auto keeps bf16, else fp16. */
-            sl_dtype_t act = load->dtype_auto ? (mc->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F16) : load->dtype;
+            sl_dtype_t act = engine_cuda_act_dtype(load, mc);
             cuda_backend_opts_t o = {.device = 0, .act_dtype = act};
             const sl_ops_t *ops = cuda_backend_init(&o, &err);
             if (!ops) sl_die("%s", err.msg);

@@ -80,17 +80,15 @@ static engine_t *assemble(const engine_config_t *c, llama_model_t *m, tokenizer_
     return NULL;
 }
 
+sl_dtype_t engine_cuda_act_dtype(const model_load_opts_t *load, const model_config_t *mc) {
+    if (!load->dtype_auto) return load->dtype;
+    return mc->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F16;
+}
+
 /* ---- CUDA -------------------------------------------------------------------- */
 
 #ifdef SERVELAB_HAVE_CUDA
 static int32_t min32(int64_t a, int64_t b) { return (int32_t)(a < b ? a : b); }
-
-/* vLLM's _get_and_verify_dtype: auto keeps a bf16 checkpoint in bf16 and runs
- * fp32 and fp16 checkpoints in fp16. */
-static sl_dtype_t cuda_act_dtype(const engine_config_t *c, const model_config_t *mc) {
-    if (!c->load.dtype_auto) return c->load.dtype;
-    return mc->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F16;
-}
 
 static void log_cast(sl_dtype_t from, sl_dtype_t to) {
     if (from == to) return;
@@ -150,7 +148,7 @@ static int capture_graphs(engine_t *e, sl_err_t *err) {
 static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const cuda_device_info_t *info,
                            sl_err_t *err) {
     sched_config_t *sc = &c->sched;
-    sl_dtype_t act = cuda_act_dtype(c, mc);
+    sl_dtype_t act = engine_cuda_act_dtype(&c->load, mc);
     if (act == DTYPE_BF16 && info->cc_major < 8) {
         sl_fail(err, "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your %s GPU has "
                 "compute capability %d.%d. You can use float16 instead by explicitly setting the `dtype` flag in "
