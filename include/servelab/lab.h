@@ -19,7 +19,23 @@
 
 #include "servelab/metrics.h"
 
-typedef enum { FAULT_STEP_DELAY, FAULT_SUPPRESS_EOS, FAULT_HTTP_ERROR, FAULT_COUNT } fault_id_t;
+/* The faults, in the order GET /admin/faults lists them. A new fault is a value
+ * here, a row in faults.c's table, its fields in fault_params_t, and a check of
+ * its bit where it acts (docs/lab.md). */
+typedef enum {
+    FAULT_STEP_DELAY,      /* engine: sleep per step */
+    FAULT_ENGINE_STALL,    /* engine: no steps for a while */
+    FAULT_TOKENIZE_COST,   /* server: CPU work per prompt token */
+    FAULT_STREAM_DELAY,    /* server: each SSE event held */
+    FAULT_STREAM_COALESCE, /* server: SSE events flushed every N tokens */
+    FAULT_KV_LEAK,         /* engine: KV blocks not returned */
+    FAULT_OOM,             /* engine: requests fail as a CUDA OOM would */
+    FAULT_COLD_START,      /* engine: the first steps slowed */
+    FAULT_SUPPRESS_EOS,    /* engine: EOS and stop tokens never end */
+    FAULT_LOGIT_NOISE,     /* engine: noise on the logits */
+    FAULT_HTTP_ERROR,      /* server: requests fail with error bodies */
+    FAULT_COUNT
+} fault_id_t;
 #define FAULT_BIT(id) (1u << (id))
 
 /* http_error's answer kinds (bits of fault_params_t.types). */
@@ -33,12 +49,22 @@ typedef enum {
     FAULT_HTTP_N_TYPES
 } fault_http_type_t;
 
-/* One fault's parameters; only its own fields mean anything. */
+/* One fault's parameters; only its own fields mean anything. Ranges, units and
+ * defaults are in faults.c's table; 0 means "not given" where a parameter is
+ * optional without a default (every such range excludes 0). */
 typedef struct {
-    int32_t ms;      /* step_delay: extra milliseconds per engine step, 1..60000 (required) */
-    int32_t rate;    /* http_error: percent of requests failed, 0..100 (100) */
-    uint32_t types;  /* http_error: FAULT_BIT of each fault_http_type_t drawn from (server_error) */
-    int64_t count;   /* http_error: fail exactly the next count requests, then clear (0: no limit) */
+    int64_t ms;            /* step_delay, stream_delay, cold_start: milliseconds */
+    int64_t seconds;       /* engine_stall: stall length (0: until cleared) */
+    int64_t us_per_token;  /* tokenize_cost: CPU microseconds per prompt token */
+    int64_t tokens;        /* stream_coalesce: tokens per flushed event */
+    int64_t blocks;        /* kv_leak: blocks kept per finished request */
+    int64_t prompt_tokens; /* oom: a prompt longer than this fails (0: no limit) */
+    int64_t running;       /* oom: a step with more running requests fails (0: no limit) */
+    int64_t steps;         /* cold_start: steps slowed after boot or set */
+    double scale;          /* logit_noise: standard deviation of the noise, in logits */
+    int64_t rate;          /* http_error: percent of requests failed */
+    uint32_t types;        /* http_error: FAULT_BIT of each fault_http_type_t drawn from */
+    int64_t count;         /* http_error: fail exactly the next count requests, then clear (0: no limit) */
 } fault_params_t;
 
 typedef struct {
@@ -66,6 +92,11 @@ int fault_param_set(fault_spec_t *s, const char *key, const char *value, char *e
 /* Whether every required parameter is given: 0, or -1 with err. */
 int fault_spec_check(const fault_spec_t *s, char *err, size_t err_len);
 
+/* Parses the admin API's body, {"name": "...", "params": {...}}: each parameter
+ * goes through fault_param_set as text (numbers as written, a list of strings
+ * joined with commas), then fault_spec_check. 0, or -1 with err. */
+int fault_spec_from_json(const char *body, size_t len, fault_spec_t *s, char *err, size_t err_len);
+
 /* Parses `NAME[:key=value,...]`. A comma-separated piece without '=' continues
  * the previous value, so `http_error:types=rate_limit,server_error,count=2`
  * gives types "rate_limit,server_error". 0, or -1 with err (s undefined). */
@@ -82,6 +113,8 @@ typedef struct faults {
     /* Below: guarded by mu. */
     void *mu;                       /* pthread_mutex_t, kept opaque here */
     fault_params_t params[FAULT_COUNT];
+    uint64_t epoch[FAULT_COUNT];    /* times each fault was set: a reader sees a new setting */
+    double set_at[FAULT_COUNT];     /* sl_now_s() of the latest set */
     uint64_t rng;                   /* http_error's draws (splitmix64, from --seed) */
     metric_t *active_metric[FAULT_COUNT];
     metric_t *injections_metric[FAULT_COUNT];
@@ -107,6 +140,12 @@ static inline uint32_t faults_mask(const faults_t *f) {
 void faults_set(faults_t *f, const fault_spec_t *s);
 void faults_clear(faults_t *f, fault_id_t id);
 void faults_clear_all(faults_t *f);
+
+/* Whether fault id is active; if so *p (may be NULL) gets its parameters,
+ * *epoch (may be NULL) how many times it has been set, and *set_at (may be
+ * NULL) when, so a reader can tell a new setting from the one it acted on.
+ * Takes the mutex: for paths that already saw the fault's bit in the mask. */
+bool faults_get(faults_t *f, fault_id_t id, fault_params_t *p, uint64_t *epoch, double *set_at);
 
 /* Counts n injections of fault id (servelab:fault_injections_total). */
 void faults_count(faults_t *f, fault_id_t id, int64_t n);

@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +20,14 @@
 
 #include "servelab/core.h"
 
-typedef enum { PARAM_INT, PARAM_TYPES } param_kind_t;
+typedef enum { PARAM_INT, PARAM_FLOAT, PARAM_TYPES } param_kind_t;
 
 typedef struct {
     const char *key;
     param_kind_t kind;
+    size_t offset;        /* of its field in fault_params_t (int64_t, double or uint32_t) */
     const char *unit;     /* "ms", "percent", "requests", or the list's meaning */
-    int64_t min, max;     /* PARAM_INT */
+    double min, max;      /* inclusive; max INT64_MAX: no upper bound */
     const char *def;      /* default, as text; NULL: required or "no limit" (see help) */
     bool required;
     const char *help;
@@ -36,22 +39,72 @@ typedef struct {
     param_def_t params[3];
 } fault_def_t;
 
+#define OFF(field) offsetof(fault_params_t, field)
+#define NO_MAX ((double)INT64_MAX)
+
 static const fault_def_t table[FAULT_COUNT] = {
     [FAULT_STEP_DELAY] = {"step_delay", "the engine thread sleeps ms extra milliseconds every step",
                           "a throttled GPU: step time, ITL and TTFT grow (seed 003 case 1)", 1,
-                          {{"ms", PARAM_INT, "ms", 1, 60000, NULL, true, "extra milliseconds per engine step"}}},
+                          {{"ms", PARAM_INT, OFF(ms), "ms", 1, 60000, NULL, true, "extra milliseconds per engine step"}}},
+    [FAULT_ENGINE_STALL] = {"engine_stall", "the engine stops stepping (for seconds, or until cleared)",
+                            "an unhealthy worker: /health still answers 200, requests stay running, no tokens "
+                            "are generated, the queue grows", 1,
+                            {{"seconds", PARAM_INT, OFF(seconds), "s", 1, 86400, NULL, false,
+                              "stall length, then clear (until cleared)"}}},
+    [FAULT_TOKENIZE_COST] = {"tokenize_cost", "real CPU work per prompt token on the request path",
+                             "a CPU/tokenizer bottleneck: process CPU time and TTFT grow with prompt tokens while "
+                             "the engine is underfed", 1,
+                             {{"us_per_token", PARAM_INT, OFF(us_per_token), "us", 1, 100000, NULL, true,
+                               "CPU microseconds of work per prompt token"}}},
+    [FAULT_STREAM_DELAY] = {"stream_delay", "each streamed event is held ms milliseconds before it is sent",
+                            "slow streaming at the client while the server's ITL stays healthy", 1,
+                            {{"ms", PARAM_INT, OFF(ms), "ms", 1, 60000, NULL, true, "milliseconds each SSE event is held"}}},
+    [FAULT_STREAM_COALESCE] = {"stream_coalesce", "streamed tokens are flushed together, every tokens tokens",
+                               "bursty streaming at the client (proxy buffering) while the server's ITL stays "
+                               "healthy", 1,
+                               {{"tokens", PARAM_INT, OFF(tokens), "tokens", 2, 10000, NULL, true,
+                                 "tokens per flushed event"}}},
+    [FAULT_KV_LEAK] = {"kv_leak", "blocks KV-cache blocks of every finished request are kept until cleared",
+                       "slow degradation (seed 003 case 2): KV usage creeps up, preemptions appear, throughput "
+                       "falls while TTFT stays steady", 1,
+                       {{"blocks", PARAM_INT, OFF(blocks), "blocks", 1, 1000000, "1", false,
+                         "blocks kept per finished request"}}},
+    [FAULT_OOM] = {"oom", "requests fail as a CUDA out-of-memory error would, and the server survives",
+                   "OOM on a long prompt or at high concurrency: requests end with an error and an ERROR log line", 2,
+                   {{"prompt_tokens", PARAM_INT, OFF(prompt_tokens), "tokens", 1, NO_MAX, NULL, false,
+                     "a request whose prompt is longer fails (no limit)"},
+                    {"running", PARAM_INT, OFF(running), "requests", 1, NO_MAX, NULL, false,
+                     "a step with more running requests fails its newest one (no limit)"}}},
+    [FAULT_COLD_START] = {"cold_start", "the first steps after boot or after the fault is set are slowed",
+                          "a cold start: the first requests' TTFT is far above the rest, as when a first batch "
+                          "compiles kernels", 2,
+                          {{"steps", PARAM_INT, OFF(steps), "steps", 1, 1000000, "8", false, "steps slowed"},
+                           {"ms", PARAM_INT, OFF(ms), "ms", 1, 60000, "1000", false, "extra milliseconds per slowed step"}}},
     [FAULT_SUPPRESS_EOS] = {"suppress_eos", "EOS and stop_token_ids never end a request",
                             "runaway generation: requests end only at max_tokens (finish_reason length), as with "
                             "a generation config lacking the stop token", 0, {{0}}},
+    [FAULT_LOGIT_NOISE] = {"logit_noise", "Gaussian noise is added to the logits before sampling",
+                           "garbled output, as from a broken quantization or a bad weight file", 1,
+                           {{"scale", PARAM_FLOAT, OFF(scale), "logits", 0.001, 1000, NULL, true,
+                             "standard deviation of the noise"}}},
     [FAULT_HTTP_ERROR] = {"http_error", "POST /v1/* requests fail before reaching the engine, with OpenAI error bodies",
                           "clients see 4xx/5xx errors while the engine is idle", 3,
-                          {{"rate", PARAM_INT, "percent", 0, 100, "100", false, "percent of requests failed"},
-                           {"types", PARAM_TYPES, "list", 0, 0, "server_error", false,
+                          {{"rate", PARAM_INT, OFF(rate), "percent", 0, 100, "100", false, "percent of requests failed"},
+                           {"types", PARAM_TYPES, OFF(types), "list", 0, 0, "server_error", false,
                             "answers drawn from: rate_limit (429), invalid_api_key (401), context_length (400), "
                             "server_error (503), invalid_request (400), model_not_found (404)"},
-                           {"count", PARAM_INT, "requests", 1, INT64_MAX, NULL, false,
+                           {"count", PARAM_INT, OFF(count), "requests", 1, NO_MAX, NULL, false,
                             "fail exactly the next count requests, then clear (no limit)"}}},
 };
+
+static int64_t *int_field(fault_params_t *p, const param_def_t *d) { return (int64_t *)((char *)p + d->offset); }
+static double *float_field(fault_params_t *p, const param_def_t *d) { return (double *)((char *)p + d->offset); }
+static int64_t int_value(const fault_params_t *p, const param_def_t *d) {
+    return *(const int64_t *)((const char *)p + d->offset);
+}
+static double float_value(const fault_params_t *p, const param_def_t *d) {
+    return *(const double *)((const char *)p + d->offset);
+}
 
 static const struct {
     const char *name;
@@ -73,13 +126,24 @@ const char *fault_name(fault_id_t id) { return table[id].name; }
 const char *fault_description(fault_id_t id) { return table[id].description; }
 const char *fault_symptom(fault_id_t id) { return table[id].symptom; }
 
+/* `in` as it may appear in a one-line error: control bytes become '?', and a
+ * long text is cut with "...". */
+static const char *printable(const char *in, char *out, size_t len) {
+    size_t n = 0;
+    for (; in[n] && n + 4 < len; n++) out[n] = (unsigned char)in[n] < 0x20 || in[n] == 0x7f ? '?' : in[n];
+    if (in[n]) memcpy(out + n, "...", 3), n += 3;
+    out[n] = '\0';
+    return out;
+}
+
 int fault_lookup(const char *name, fault_id_t *id, char *err, size_t err_len) {
     for (int i = 0; i < FAULT_COUNT; i++)
         if (!strcmp(name, table[i].name)) {
             *id = (fault_id_t)i;
             return 0;
         }
-    size_t n = (size_t)snprintf(err, err_len, "unknown fault '%s'; valid faults: ", name);
+    char shown[64];
+    size_t n = (size_t)snprintf(err, err_len, "unknown fault '%s'; valid faults: ", printable(name, shown, sizeof shown));
     for (int i = 0; i < FAULT_COUNT && n < err_len; i++)
         n += (size_t)snprintf(err + n, err_len - n, "%s%s", i ? ", " : "", table[i].name);
     return -1;
@@ -92,24 +156,18 @@ static void valid_params(const fault_def_t *d, char *buf, size_t len) {
     if (d->n_params == 0) snprintf(buf, len, "none (%s takes no parameters)", d->name);
     for (int i = 0; i < d->n_params && n < len; i++) {
         const param_def_t *p = &d->params[i];
-        if (p->kind == PARAM_INT && p->max == INT64_MAX)
-            n += (size_t)snprintf(buf + n, len - n, "%s%s (integer >= %lld %s)", i ? ", " : "", p->key,
-                                  (long long)p->min, p->unit);
+        const char *sep = i ? ", " : "", *req = p->required ? ", required" : "";
+        if (p->kind == PARAM_INT && p->max == NO_MAX)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (integer >= %.0f %s)", sep, p->key, p->min, p->unit);
         else if (p->kind == PARAM_INT)
-            n += (size_t)snprintf(buf + n, len - n, "%s%s (%lld..%lld %s%s)", i ? ", " : "", p->key,
-                                  (long long)p->min, (long long)p->max, p->unit, p->required ? ", required" : "");
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (%.0f..%.0f %s%s)", sep, p->key, p->min, p->max, p->unit, req);
+        else if (p->kind == PARAM_FLOAT)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s (number %g..%g %s%s)", sep, p->key, p->min, p->max, p->unit,
+                                  req);
         else
             n += (size_t)snprintf(buf + n, len - n, "%s%s (comma list of rate_limit, invalid_api_key, "
-                                  "context_length, server_error, invalid_request, model_not_found)",
-                                  i ? ", " : "", p->key);
+                                  "context_length, server_error, invalid_request, model_not_found)", sep, p->key);
     }
-}
-
-void fault_spec_init(fault_spec_t *s, fault_id_t id) {
-    memset(s, 0, sizeof *s);
-    s->id = id;
-    s->p.rate = 100;
-    s->p.types = FAULT_BIT(FAULT_HTTP_SERVER_ERROR);
 }
 
 static int parse_types(const char *v, uint32_t *out) {
@@ -130,57 +188,69 @@ static int parse_types(const char *v, uint32_t *out) {
     return 0;
 }
 
+/* Parses one value of parameter p into s->p; -1 when it is not valid. */
+static int param_parse(fault_params_t *dst, const param_def_t *p, const char *value) {
+    char *end;
+    errno = 0;
+    if (p->kind == PARAM_TYPES) return parse_types(value, (uint32_t *)((char *)dst + p->offset));
+    if (p->kind == PARAM_FLOAT) {
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || !(v >= p->min && v <= p->max)) return -1;
+        *float_field(dst, p) = v;
+        return 0;
+    }
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno || (double)v < p->min || (p->max != NO_MAX && (double)v > p->max)) return -1;
+    *int_field(dst, p) = v;
+    return 0;
+}
+
+void fault_spec_init(fault_spec_t *s, fault_id_t id) {
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    const fault_def_t *d = &table[id];
+    for (int i = 0; i < d->n_params; i++)
+        if (d->params[i].def && param_parse(&s->p, &d->params[i], d->params[i].def)) SL_ASSERT(!"a bad default in the table");
+}
+
 int fault_param_set(fault_spec_t *s, const char *key, const char *value, char *err, size_t err_len) {
     const fault_def_t *d = &table[s->id];
-    char valid[512];
+    char valid[768];
     valid_params(d, valid, sizeof valid);
     const param_def_t *p = NULL;
     for (int i = 0; i < d->n_params; i++)
         if (!strcmp(key, d->params[i].key)) p = &d->params[i];
+    char shown[64];
     if (!p) {
-        snprintf(err, err_len, "%s: unknown parameter '%s'; valid parameters: %s", d->name, key, valid);
+        snprintf(err, err_len, "%s: unknown parameter '%s'; valid parameters: %s", d->name,
+                 printable(key, shown, sizeof shown), valid);
         return -1;
     }
-    if (p->kind == PARAM_TYPES) {
-        uint32_t m;
-        if (parse_types(value, &m)) {
-            snprintf(err, err_len, "%s: invalid types '%s'; valid parameters: %s", d->name, value, valid);
-            return -1;
-        }
-        s->p.types = m;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (!*value || *end || errno || v < p->min || v > p->max) {
-        snprintf(err, err_len, "%s: invalid %s '%s'; valid parameters: %s", d->name, key, value, valid);
+    fault_params_t v = s->p;
+    if (param_parse(&v, p, value)) {
+        snprintf(err, err_len, "%s: invalid %s '%s'; valid parameters: %s", d->name, key,
+                 printable(value, shown, sizeof shown), valid);
         return -1;
     }
-    if (!strcmp(key, "ms")) s->p.ms = (int32_t)v;
-    else if (!strcmp(key, "rate")) s->p.rate = (int32_t)v;
-    else if (!strcmp(key, "count")) s->p.count = v;
-    else SL_ASSERT(!"a parameter in the table without a field");
-    return 0;
-}
-
-/* An integer parameter's value in p (0: not given, for the required ones, whose ranges exclude 0). */
-static int64_t int_param(const fault_params_t *p, const char *key) {
-    if (!strcmp(key, "ms")) return p->ms;
-    if (!strcmp(key, "rate")) return p->rate;
-    if (!strcmp(key, "count")) return p->count;
-    SL_ASSERT(!"a parameter in the table without a field");
+    s->p = v;
     return 0;
 }
 
 int fault_spec_check(const fault_spec_t *s, char *err, size_t err_len) {
     const fault_def_t *d = &table[s->id];
+    char valid[768];
+    valid_params(d, valid, sizeof valid);
     for (int i = 0; i < d->n_params; i++) {
         const param_def_t *p = &d->params[i];
-        if (!p->required || p->kind != PARAM_INT || int_param(&s->p, p->key) != 0) continue;
-        char valid[512];
-        valid_params(d, valid, sizeof valid);
-        snprintf(err, err_len, "%s: missing parameter '%s'; valid parameters: %s", d->name, p->key, valid);
+        bool given = p->kind == PARAM_FLOAT ? float_value(&s->p, p) != 0 : p->kind == PARAM_TYPES || int_value(&s->p, p) != 0;
+        if (p->required && !given) {
+            snprintf(err, err_len, "%s: missing parameter '%s'; valid parameters: %s", d->name, p->key, valid);
+            return -1;
+        }
+    }
+    /* oom with neither limit would never act: one of them is the fault. */
+    if (s->id == FAULT_OOM && s->p.prompt_tokens == 0 && s->p.running == 0) {
+        snprintf(err, err_len, "oom: give prompt_tokens or running (or both); valid parameters: %s", valid);
         return -1;
     }
     return 0;
@@ -209,10 +279,10 @@ int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_le
             size_t n = strlen(val);
             snprintf(val + n, sizeof val - n, ",%s", rest);
         } else {
-            char valid[512];
+            char valid[768], shown[64];
             valid_params(&table[s->id], valid, sizeof valid);
             snprintf(err, err_len, "%s: expected key=value, got '%s'; valid parameters: %s", table[s->id].name,
-                     rest, valid);
+                     printable(rest, shown, sizeof shown), valid);
             rc = -1;
         }
         rest = comma ? comma + 1 : NULL;
@@ -220,6 +290,54 @@ int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_le
     if (rc == 0 && key && fault_param_set(s, key, val, err, err_len)) rc = -1;
     if (rc == 0) rc = fault_spec_check(s, err, err_len);
     free(buf);
+    return rc;
+}
+
+int fault_spec_from_json(const char *body, size_t len, fault_spec_t *s, char *err, size_t err_len) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    int rc = -1;
+    const cJSON *name = root ? cJSON_GetObjectItemCaseSensitive(root, "name") : NULL;
+    const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
+    fault_id_t id;
+    if (!cJSON_IsObject(root)) snprintf(err, err_len, "the body must be a JSON object {\"name\": ..., \"params\": {...}}");
+    else if (!cJSON_IsString(name)) {
+        char list[512]; /* fault_lookup's message lists the valid faults */
+        fault_lookup("", &id, list, sizeof list);
+        snprintf(err, err_len, "'name' must be a string; %s", strstr(list, "valid faults"));
+    } else if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))
+        snprintf(err, err_len, "'params' must be an object");
+    else if (fault_lookup(name->valuestring, &id, err, err_len) == 0) {
+        fault_spec_init(s, id);
+        rc = 0;
+        const cJSON *p;
+        const cJSON *list = cJSON_IsObject(params) ? params : NULL;
+        cJSON_ArrayForEach(p, list) {
+            char v[512] = "";
+            if (cJSON_IsString(p)) snprintf(v, sizeof v, "%s", p->valuestring);
+            else if (cJSON_IsNumber(p) && fabs(p->valuedouble) < 9e18 && p->valuedouble == floor(p->valuedouble))
+                snprintf(v, sizeof v, "%lld", (long long)p->valuedouble);
+            else if (cJSON_IsNumber(p)) snprintf(v, sizeof v, "%.17g", p->valuedouble);
+            else if (cJSON_IsArray(p)) {
+                const cJSON *x;
+                size_t n = 0;
+                bool ok = true;
+                cJSON_ArrayForEach(x, p) {
+                    if (!cJSON_IsString(x) || n + strlen(x->valuestring) + 2 > sizeof v) {
+                        ok = false;
+                        break;
+                    }
+                    n += (size_t)snprintf(v + n, sizeof v - n, "%s%s", n ? "," : "", x->valuestring);
+                }
+                if (!ok || n == 0) snprintf(v, sizeof v, "?");
+            } else v[0] = '?'; /* true/false/null/objects: refused by the parameter's check */
+            if (fault_param_set(s, p->string, v, err, err_len)) {
+                rc = -1;
+                break;
+            }
+        }
+        if (rc == 0) rc = fault_spec_check(s, err, err_len);
+    }
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -231,17 +349,28 @@ static void types_format(uint32_t m, char *buf, size_t len) {
 }
 
 void fault_params_format(const fault_spec_t *s, char *buf, size_t len) {
-    char types[160];
+    const fault_def_t *d = &table[s->id];
+    size_t n = 0;
     buf[0] = '\0';
-    switch (s->id) {
-    case FAULT_STEP_DELAY: snprintf(buf, len, "ms=%d", s->p.ms); break;
-    case FAULT_HTTP_ERROR:
-        types_format(s->p.types, types, sizeof types);
-        if (s->p.count > 0)
-            snprintf(buf, len, "rate=%d,types=%s,count=%lld", s->p.rate, types, (long long)s->p.count);
-        else snprintf(buf, len, "rate=%d,types=%s", s->p.rate, types);
-        break;
-    default: break;
+    for (int i = 0; i < d->n_params && n < len; i++) {
+        const param_def_t *p = &d->params[i];
+        const char *sep = n ? "," : "";
+        if (p->kind == PARAM_TYPES) {
+            char types[160];
+            types_format(s->p.types, types, sizeof types);
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", sep, p->key, types);
+        } else if (p->kind == PARAM_FLOAT) {
+            /* The shortest spelling that reads back to the same number. */
+            char num[32];
+            double x = float_value(&s->p, p);
+            for (int prec = 6; prec <= 17; prec++) {
+                snprintf(num, sizeof num, "%.*g", prec, x);
+                if (strtod(num, NULL) == x) break;
+            }
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", sep, p->key, num);
+        } else if (int_value(&s->p, p) != 0 || p->def) { /* optional limits left out when not given */
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%lld", sep, p->key, (long long)int_value(&s->p, p));
+        }
     }
 }
 
@@ -290,7 +419,11 @@ static void set_locked(faults_t *f, fault_id_t id, bool on, const fault_params_t
     fault_spec_init(&s, id);
     if (on) s.p = *p;
     f->params[id] = s.p;
-    if (id == FAULT_STEP_DELAY) atomic_store(&f->step_delay_ms, s.p.ms);
+    if (on) {
+        f->epoch[id]++;
+        f->set_at[id] = sl_now_s();
+    }
+    if (id == FAULT_STEP_DELAY) atomic_store(&f->step_delay_ms, (int32_t)s.p.ms);
     if (on) atomic_fetch_or(&f->mask, FAULT_BIT(id));
     else atomic_fetch_and(&f->mask, ~FAULT_BIT(id));
     if (f->active_metric[id]) metric_set(f->active_metric[id], on ? 1.0 : 0.0);
@@ -315,6 +448,16 @@ void faults_clear(faults_t *f, fault_id_t id) {
 
 void faults_clear_all(faults_t *f) {
     for (int i = 0; i < FAULT_COUNT; i++) faults_clear(f, (fault_id_t)i);
+}
+
+bool faults_get(faults_t *f, fault_id_t id, fault_params_t *p, uint64_t *epoch, double *set_at) {
+    pthread_mutex_lock(f->mu);
+    bool on = atomic_load(&f->mask) & FAULT_BIT(id);
+    if (on && p) *p = f->params[id];
+    if (on && epoch) *epoch = f->epoch[id];
+    if (on && set_at) *set_at = f->set_at[id];
+    pthread_mutex_unlock(f->mu);
+    return on;
 }
 
 void faults_count(faults_t *f, fault_id_t id, int64_t n) {
@@ -376,14 +519,14 @@ char *faults_list_json(faults_t *f) {
             const param_def_t *p = &d->params[k];
             cJSON *po = cJSON_CreateObject();
             cJSON_AddStringToObject(po, "name", p->key);
-            cJSON_AddStringToObject(po, "type", p->kind == PARAM_INT ? "integer" : "list");
+            cJSON_AddStringToObject(po, "type", p->kind == PARAM_INT ? "integer" : p->kind == PARAM_FLOAT ? "number" : "list");
             cJSON_AddStringToObject(po, "unit", p->unit);
-            if (p->kind == PARAM_INT) {
-                cJSON_AddNumberToObject(po, "min", (double)p->min);
-                if (p->max != INT64_MAX) cJSON_AddNumberToObject(po, "max", (double)p->max);
-            } else {
+            if (p->kind == PARAM_TYPES) {
                 cJSON *vals = cJSON_AddArrayToObject(po, "values");
                 for (int t = 0; t < FAULT_HTTP_N_TYPES; t++) cJSON_AddItemToArray(vals, cJSON_CreateString(http_types[t].name));
+            } else {
+                cJSON_AddNumberToObject(po, "min", p->min);
+                if (p->max != NO_MAX) cJSON_AddNumberToObject(po, "max", p->max);
             }
             cJSON_AddBoolToObject(po, "required", p->required);
             if (p->def) cJSON_AddStringToObject(po, "default", p->def);
@@ -394,10 +537,12 @@ char *faults_list_json(faults_t *f) {
                 char types[160];
                 types_format(v->types, types, sizeof types);
                 cJSON_AddStringToObject(po, "value", types);
+            } else if (p->kind == PARAM_FLOAT) {
+                cJSON_AddNumberToObject(po, "value", float_value(v, p));
+            } else if (int_value(v, p) == 0 && !p->def) {
+                cJSON_AddNullToObject(po, "value"); /* an optional limit not given */
             } else {
-                int64_t x = int_param(v, p->key);
-                if (!strcmp(p->key, "count") && x == 0) cJSON_AddNullToObject(po, "value");
-                else cJSON_AddNumberToObject(po, "value", (double)x);
+                cJSON_AddNumberToObject(po, "value", (double)int_value(v, p));
             }
             cJSON_AddItemToArray(ps, po);
         }

@@ -357,56 +357,6 @@ static enum MHD_Result method_not_allowed(http_req_t *r, const char *allow);
 
 /* ---- the lab's admin API (/admin/faults) ------------------------------------------ */
 
-/* {"name": "...", "params": {...}}: each parameter goes through fault_param_set as
- * text, the same validation as --fault (a list of strings joins with commas). */
-static int admin_spec_from_json(const char *body, size_t len, fault_spec_t *s, char *err, size_t err_len) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    int rc = -1;
-    const cJSON *name = root ? cJSON_GetObjectItemCaseSensitive(root, "name") : NULL;
-    const cJSON *params = root ? cJSON_GetObjectItemCaseSensitive(root, "params") : NULL;
-    fault_id_t id;
-    if (!cJSON_IsObject(root)) snprintf(err, err_len, "the body must be a JSON object {\"name\": ..., \"params\": {...}}");
-    else if (!cJSON_IsString(name)) {
-        char list[512]; /* fault_lookup's message lists the valid faults */
-        fault_lookup("", &id, list, sizeof list);
-        snprintf(err, err_len, "'name' must be a string; %s", strstr(list, "valid faults"));
-    }
-    else if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params)) snprintf(err, err_len, "'params' must be an object");
-    else if (fault_lookup(name->valuestring, &id, err, err_len) == 0) {
-        fault_spec_init(s, id);
-        rc = 0;
-        const cJSON *p;
-        const cJSON *list = cJSON_IsObject(params) ? params : NULL;
-        cJSON_ArrayForEach(p, list) {
-            char v[512] = "";
-            if (cJSON_IsString(p)) snprintf(v, sizeof v, "%s", p->valuestring);
-            else if (cJSON_IsNumber(p) && p->valuedouble == (double)(long long)p->valuedouble)
-                snprintf(v, sizeof v, "%lld", (long long)p->valuedouble);
-            else if (cJSON_IsNumber(p)) snprintf(v, sizeof v, "%g", p->valuedouble);
-            else if (cJSON_IsArray(p)) {
-                const cJSON *x;
-                size_t n = 0;
-                bool ok = true;
-                cJSON_ArrayForEach(x, p) {
-                    if (!cJSON_IsString(x) || n + strlen(x->valuestring) + 2 > sizeof v) {
-                        ok = false;
-                        break;
-                    }
-                    n += (size_t)snprintf(v + n, sizeof v - n, "%s%s", n ? "," : "", x->valuestring);
-                }
-                if (!ok || n == 0) snprintf(v, sizeof v, "?");
-            } else v[0] = '?'; /* true/false/null/objects: refused by the parameter's check */
-            if (fault_param_set(s, p->string, v, err, err_len)) {
-                rc = -1;
-                break;
-            }
-        }
-        if (rc == 0) rc = fault_spec_check(s, err, err_len);
-    }
-    cJSON_Delete(root);
-    return rc;
-}
-
 static enum MHD_Result admin_faults(http_req_t *r) {
     struct server *s = r->srv;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
@@ -423,7 +373,7 @@ static enum MHD_Result admin_faults(http_req_t *r) {
     }
     if (!name && !strcmp(r->method, "POST")) {
         fault_spec_t spec;
-        if (admin_spec_from_json(r->body ? r->body : "", r->len, &spec, err, sizeof err))
+        if (fault_spec_from_json(r->body ? r->body : "", r->len, &spec, err, sizeof err))
             return routes_error(r, 400, "BadRequestError", err, NULL);
         faults_set(f, &spec);
         char *body = faults_list_json(f);

@@ -68,7 +68,11 @@ def test_lab(a):
         check(admin(srv, "GET", key=KEY)[0] == 401, "the API key is not an admin key: 401")
         st, b = admin(srv, "GET")
         faults = {f["name"]: f for f in json.loads(b)["faults"]}
-        check(st == 200 and set(faults) == {"step_delay", "suppress_eos", "http_error"}, "GET lists the three faults")
+        check(st == 200 and list(faults) == ["step_delay", "engine_stall", "tokenize_cost", "stream_delay", "stream_coalesce",
+                                            "kv_leak", "oom", "cold_start", "suppress_eos", "logit_noise", "http_error"],
+              "GET lists every fault, in the table's order")
+        check(faults["logit_noise"]["params"][0]["type"] == "number" and faults["oom"]["params"][1]["default"] is None,
+              "a float parameter is a number; an optional limit has no default")
         check([p["name"] for p in faults["step_delay"]["params"]] == ["ms"] and
               faults["step_delay"]["params"][0]["unit"] == "ms", "step_delay's ms, with its unit")
         check([p["name"] for p in faults["http_error"]["params"]] == ["rate", "types", "count"], "http_error's params")

@@ -52,7 +52,8 @@ static void test_unknown_fault_lists_the_valid_ones(void) {
     char err[768];
     CHECK(fault_parse_spec("gpu_on_fire:x=1", &s, err, sizeof err) == -1);
     CHECK_STR_CONTAINS(err, "unknown fault 'gpu_on_fire'");
-    CHECK_STR_CONTAINS(err, "step_delay, suppress_eos, http_error");
+    CHECK_STR_CONTAINS(err, "step_delay, engine_stall, tokenize_cost");
+    CHECK_STR_CONTAINS(err, "logit_noise, http_error");
 }
 
 static void test_out_of_range_and_malformed_values_are_refused(void) {
@@ -164,6 +165,89 @@ static void test_http_error_draws_are_seeded(void) {
     faults_free(f);
 }
 
+static void test_new_faults_parse_with_their_units_and_defaults(void) {
+    fault_spec_t s;
+    char err[768], buf[256];
+    CHECK(fault_parse_spec("engine_stall", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.seconds, 0); /* until cleared */
+    CHECK(fault_parse_spec("engine_stall:seconds=5", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.seconds, 5);
+    CHECK(fault_parse_spec("cold_start", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.steps, 8);
+    CHECK_EQ_INT(s.p.ms, 1000);
+    fault_params_format(&s, buf, sizeof buf);
+    CHECK(!strcmp(buf, "steps=8,ms=1000"));
+    CHECK(fault_parse_spec("kv_leak", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.blocks, 1);
+    CHECK(fault_parse_spec("logit_noise:scale=2.5", &s, err, sizeof err) == 0);
+    CHECK(s.p.scale == 2.5);
+    fault_params_format(&s, buf, sizeof buf);
+    CHECK(!strcmp(buf, "scale=2.5"));
+    CHECK(fault_parse_spec("oom:running=4", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.running, 4);
+    CHECK_EQ_INT(s.p.prompt_tokens, 0);
+    fault_params_format(&s, buf, sizeof buf);
+    CHECK(!strcmp(buf, "running=4"));
+    CHECK(fault_parse_spec("stream_coalesce:tokens=4", &s, err, sizeof err) == 0);
+    CHECK(fault_parse_spec("tokenize_cost:us_per_token=50", &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.p.us_per_token, 50);
+    const char *bad[] = {"logit_noise", "logit_noise:scale=0", "logit_noise:scale=nan", "logit_noise:scale=1e9",
+                         "logit_noise:scale=1x", "oom", "stream_coalesce:tokens=1", "tokenize_cost",
+                         "engine_stall:seconds=0", "cold_start:steps=0", "kv_leak:blocks=-1", "stream_delay"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        CHECK(fault_parse_spec(bad[i], &s, err, sizeof err) == -1);
+        CHECK(err[0] != '\0');
+    }
+    CHECK(fault_parse_spec("oom", &s, err, sizeof err) == -1);
+    CHECK_STR_CONTAINS(err, "give prompt_tokens or running");
+    CHECK(fault_parse_spec("logit_noise", &s, err, sizeof err) == -1);
+    CHECK_STR_CONTAINS(err, "scale (number 0.001..1000 logits, required)");
+}
+
+static void test_spec_from_json_validates_like_the_flag(void) {
+    fault_spec_t s;
+    char err[768];
+    const char *ok = "{\"name\": \"http_error\", \"params\": {\"types\": [\"rate_limit\", \"server_error\"], \"count\": 2}}";
+    CHECK(fault_spec_from_json(ok, strlen(ok), &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(s.id, FAULT_HTTP_ERROR);
+    CHECK_EQ_INT(s.p.count, 2);
+    CHECK_EQ_INT(s.p.types, FAULT_BIT(FAULT_HTTP_RATE_LIMIT) | FAULT_BIT(FAULT_HTTP_SERVER_ERROR));
+    const char *noise = "{\"name\": \"logit_noise\", \"params\": {\"scale\": 0.25}}";
+    CHECK(fault_spec_from_json(noise, strlen(noise), &s, err, sizeof err) == 0);
+    CHECK(s.p.scale == 0.25);
+    const char *bad[] = {"", "[]", "{\"name\": 3}", "{\"name\": \"step_delay\"}",
+                         "{\"name\": \"step_delay\", \"params\": {\"ms\": 1.5}}",
+                         "{\"name\": \"step_delay\", \"params\": {\"ms\": true}}",
+                         "{\"name\": \"step_delay\", \"params\": []}",
+                         "{\"name\": \"http_error\", \"params\": {\"types\": [1]}}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        CHECK(fault_spec_from_json(bad[i], strlen(bad[i]), &s, err, sizeof err) == -1);
+        CHECK(err[0] != '\0');
+    }
+}
+
+static void test_get_reports_params_epoch_and_time(void) {
+    faults_t *f = faults_new(1);
+    fault_spec_t s;
+    char err[768];
+    fault_params_t p;
+    uint64_t epoch = 0;
+    CHECK(!faults_get(f, FAULT_COLD_START, &p, &epoch, NULL));
+    CHECK(fault_parse_spec("cold_start:steps=3", &s, err, sizeof err) == 0);
+    faults_set(f, &s);
+    CHECK(faults_get(f, FAULT_COLD_START, &p, &epoch, NULL));
+    CHECK_EQ_INT(p.steps, 3);
+    CHECK_EQ_INT(epoch, 1);
+    faults_set(f, &s);
+    CHECK(faults_get(f, FAULT_COLD_START, NULL, &epoch, NULL));
+    CHECK_EQ_INT(epoch, 2); /* a new setting: the engine counts its steps again */
+    faults_clear(f, FAULT_COLD_START);
+    CHECK(!faults_get(f, FAULT_COLD_START, &p, &epoch, NULL));
+    faults_free(f);
+}
+
 int main(void) {
     RUN(test_parse_step_delay_with_ms);
     RUN(test_parse_suppress_eos_takes_no_params);
@@ -175,5 +259,8 @@ int main(void) {
     RUN(test_set_and_clear_leave_no_residue);
     RUN(test_http_error_count_fails_exactly_n_then_clears);
     RUN(test_http_error_draws_are_seeded);
+    RUN(test_new_faults_parse_with_their_units_and_defaults);
+    RUN(test_spec_from_json_validates_like_the_flag);
+    RUN(test_get_reports_params_epoch_and_time);
     return test_summary();
 }
