@@ -8,7 +8,8 @@
  * histogram_quantile does. Gauges are averaged over every snapshot. Two
  * measures read consecutive snapshots: stalls (an interval with requests
  * running at both ends and no token processed) and the first requests' TTFT
- * against the rest's (a cold start). Where vLLM renamed a series, the newer
+ * against the rest's (a cold start; TTFT less queue time, so that a burst
+ * queueing at the start is not taken for one). Where vLLM renamed a series, the newer
  * name is read first.
  *
  * Rules. Each rule is the playbooks' logic on shares and ratios, never on
@@ -196,8 +197,11 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
             busy++;
             if (tokens == 0) stalled++, stalled_s += b->t - a->t;
         }
+        /* TTFT less queue time: a burst that queues is not a cold start. */
         double c = counter_delta(a, b, "vllm:time_to_first_token_seconds_count", NULL, NULL);
-        if (c > 0) ttft[n_ttft++] = counter_delta(a, b, "vllm:time_to_first_token_seconds_sum", NULL, NULL) / c;
+        double q = counter_delta(a, b, "vllm:request_queue_time_seconds_sum", NULL, NULL);
+        if (c > 0)
+            ttft[n_ttft++] = (counter_delta(a, b, "vllm:time_to_first_token_seconds_sum", NULL, NULL) - (isnan(q) ? 0 : q)) / c;
     }
     m->v[DM_stalled_share] = busy >= 3 ? (double)stalled / busy : NAN;
     m->v[DM_stalled_s] = stalled_s;
@@ -416,21 +420,22 @@ static double r_runaway(rule_ctx_t *c) {
     return rise >= 0.3 && longer >= 1.5 ? rise / 0.3 : 0;
 }
 
-/* CPU time per prompt token tripled and TTFT grew: the API process, not the
- * engine, is the bottleneck (seed 003's CPU layer; seed 002's "CPU
+/* CPU time per prompt token tripled, and TTFT grew or the engine gets a
+ * third fewer prompt tokens: the API process, not the engine, is the bottleneck (seed 003's CPU layer; seed 002's "CPU
  * bottleneck: tokenization"). */
 static double r_tokenizer_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
     double cpu = vs_base(c, DM_cpu_ms_per_prompt_token), ttft = vs_base(c, DM_ttft_mean);
-    return cpu >= 3 && ttft >= 1.5 ? cpu / 3 : 0;
+    double fed = vs_base(c, DM_prompt_tokens_per_s);
+    return cpu >= 3 && (ttft >= 1.5 || fed <= 2.0 / 3) ? cpu / 3 : 0;
 }
 
-/* The first requests' TTFT is five times the later ones', without queueing
- * behind it (seed 000: "first request after load compiles/warms kernels"). */
+/* The first requests' TTFT (less queue time) is five times the later
+ * ones' (seed 000: "first request after load compiles/warms kernels"). */
 static double r_cold_start(rule_ctx_t *c) {
     ev(c, DM_uptime_s);
-    double r = ev(c, DM_first_ttft_ratio), q = ev(c, DM_queue_share_of_ttft);
-    return r >= 5 && !(q >= 0.5) ? r / 5 : 0;
+    double r = ev(c, DM_first_ttft_ratio);
+    return r >= 5 ? r / 5 : 0;
 }
 
 /* The KV cache is over 90% full and requests wait (seed 004's queueing
