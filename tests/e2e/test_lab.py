@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -246,6 +247,21 @@ def test_server_faults(srv):
     check(itl_n >= n - 1 and itl < 0.25 * ms * 1e-3, f"the server's ITL stays healthy ({itl * 1e3:.1f} ms per token)")
     check(metric(srv, "servelab:fault_injections_total", "stream_delay") - inj0 == len(events),
           f"injections_total counts the {len(events)} held events")
+    # Held events park their connections: three delayed streams at once take one stream's time, and a
+    # non-streaming request beside them is not held.
+    results, t0 = [], time.monotonic()
+    threads = [threading.Thread(target=lambda: results.append(stream(srv, "/v1/completions", body)[0]))
+               for _ in range(3)]
+    for th in threads:
+        th.start()
+    time.sleep(0.2)
+    st, _, t_plain = complete(srv, n)
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t0
+    check(len(results) == 3 and min(results) >= n * ms * 1e-3 and wall < 2 * n * ms * 1e-3,
+          f"three delayed streams at once take {wall:.3f} s in all, not three times one")
+    check(st == 200 and t_plain < 0.5, f"a non-streaming request beside them is not held ({t_plain:.3f} s)")
     admin(srv, "DELETE", "/admin/faults/stream_delay")
     t, events = stream(srv, "/v1/completions", body)
     check(t < n * ms * 1e-3 / 2, f"cleared: the stream is fast again ({t:.3f} s)")
