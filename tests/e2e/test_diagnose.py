@@ -19,29 +19,51 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import KEY, NAME, Server  # noqa: E402
+from test_server import KEY, NAME, Server, raw  # noqa: E402
 from test_lab import ADMIN, admin, check  # noqa: E402
 
 
 class BenchLoad:
-    """`servelab bench serve` at a fixed concurrency, until stopped."""
+    """`servelab bench serve` at a fixed concurrency, run after run until stopped (a run sizes
+    its prompts first, so a short one starts at once)."""
 
     def __init__(self, a, srv, concurrency=4):
-        env = dict(os.environ, OPENAI_API_KEY=KEY)
-        self.proc = subprocess.Popen(
-            [a.servelab, "bench", "serve", "--base-url", srv.base, "--model", NAME, "--dataset-name", "random",
-             "--num-prompts", "40000", "--max-concurrency", str(concurrency), "--random-input-len", "32",
-             "--random-output-len", "16", "--seed", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(2)  # sizing the prompts, then the first requests
-        check(self.proc.poll() is None, "bench serve is loading the server")
+        self.cmd = [a.servelab, "bench", "serve", "--base-url", srv.base, "--model", NAME, "--dataset-name",
+                    "random", "--num-prompts", "2000", "--max-concurrency", str(concurrency),
+                    "--random-input-len", "32", "--random-output-len", "16", "--seed", "1"]
+        self.env = dict(os.environ, OPENAI_API_KEY=KEY)
+        self.stopping = threading.Event()
+        self.proc = None
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        gen = lambda: metric_sum(srv, "vllm:generation_tokens_total")  # noqa: E731
+        before, deadline = gen(), time.monotonic() + 30
+        while gen() == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check(gen() > before, "bench serve is loading the server")
+
+    def run(self):
+        while not self.stopping.is_set():
+            with self.lock:
+                if self.stopping.is_set():
+                    return
+                self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             env=self.env)
+            self.proc.wait()
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        with self.lock:
+            self.stopping.set()
+            if self.proc:
+                self.proc.terminate()
+        self.thread.join(timeout=15)
+
+
+def metric_sum(srv, name):
+    _, _, b = raw(srv.base, "GET", "/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in b.decode().splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 class ChatLoad:
