@@ -131,7 +131,10 @@ TINY_CASES = [
     ("engine_stall", {}, "engine_stalled", 1.0, []),
     ("kv_leak", {"blocks": 2}, "kv_leak", 1.0, []),
     ("tokenize_cost", {"us_per_token": 2000}, "tokenizer_bound", 1.0, []),
-    ("oom", {"prompt_tokens": 16}, "oom", 1.0, ["--log"]),
+    ("oom", {"prompt_tokens": 16}, "oom", 1.0, ["--log", "{log}"]),
+    # Streams held between server and client: the engine is fine; fewer requests reach it than
+    # the clients have in flight (seed 004's sanity check), and nothing else fires.
+    ("stream_delay", {"ms": 30}, "upstream_bottleneck", 1.0, ["--expected-inflight", "4"]),
     ("cold_start", {"steps": 6, "ms": 400}, "cold_start", 0.0, []),
 ]
 
@@ -152,7 +155,7 @@ def tiny_cases(a, tmp, rep):
                 continue
             set_fault(srv, fault, params)
             time.sleep(settle)
-            extra = ["--log", srv.log.name] if "--log" in flags else []
+            extra = [srv.log.name if f == "{log}" else f for f in flags]
             expect(diagnose(a, srv, a.window, "--baseline", base_path, *extra), cause, fault)
             clear_faults(srv)
             if rep == 0:  # once: cleared, the server is healthy again
