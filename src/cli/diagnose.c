@@ -193,7 +193,7 @@ static prom_snapshot_t *query_prometheus(const diag_args_t *a, int *n_out, char 
     CURL *c = curl_easy_init();
     char *q = curl_easy_escape(c, sel, 0);
     double end = wall_now(), start = end - a->window;
-    snprintf(path, sizeof path, "/api/v1/query_range?query=%s&start=%.3f&end=%.3f&step=%gs", q, start, end,
+    snprintf(path, sizeof path, "/api/v1/query_range?query=%s&start=%.3f&end=%.3f&step=%g", q, start, end,
              a->interval);
     curl_free(q);
     curl_easy_cleanup(c);

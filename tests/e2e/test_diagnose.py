@@ -19,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import KEY, NAME, Server, raw  # noqa: E402
+from test_server import KEY, NAME, Server, free_port, raw  # noqa: E402
 from test_lab import ADMIN, admin, check  # noqa: E402
 
 
@@ -98,7 +98,7 @@ class ChatLoad:
 
 def diagnose(a, srv, window, *extra):
     cmd = [a.servelab, "diagnose", "--url", srv.base, "--window", f"{window}s", "--interval", "0.5s", "--json",
-           *extra]
+           *extra]  # a later --window (Prometheus' cases) wins
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=window + 120,
                        env=dict(os.environ, OPENAI_API_KEY=KEY))
     if p.returncode not in (0, 3):
@@ -167,6 +167,66 @@ def tiny_cases(a, tmp, rep):
         srv.stop()
 
 
+class Prometheus:
+    """A real Prometheus (the Debian package) scraping one server every 0.5 s."""
+
+    def __init__(self, tmp, srv):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cfg = os.path.join(tmp, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global: {scrape_interval: 500ms, scrape_timeout: 500ms}\n"
+                    f"scrape_configs: [{{job_name: servelab, static_configs: [{{targets: ['127.0.0.1:{srv.port}']}}]}}]\n")
+        self.log = open(os.path.join(tmp, "prometheus.log"), "w+")
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={os.path.join(tmp, 'tsdb')}",
+             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not self.ready():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.log.seek(0)
+                raise AssertionError("prometheus did not start: " + self.log.read()[-2000:])
+            time.sleep(0.2)
+
+    def ready(self):
+        try:
+            return raw(self.base, "GET", "/-/ready")[0] == 200
+        except OSError:  # not listening yet
+            return False
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def prometheus_case(a, tmp):
+    """The same verdicts from a Prometheus that scrapes the server as from scraping it."""
+    srv = Server(a.servelab, a.model, "--enable-fault-injection", "--admin-key", ADMIN)
+    prom = load = None
+    try:
+        prom = Prometheus(tmp, srv)
+        load = BenchLoad(a, srv)
+        time.sleep(a.window + 1)  # the window Prometheus is asked about must be all load
+        q = ["--prometheus", prom.base, "--window", f"{a.window}s"]
+        base = diagnose(a, srv, a.window, *q)
+        expect(base, "healthy", "healthy load, read from Prometheus")
+        base_path = os.path.join(tmp, "baseline-prometheus.json")
+        with open(base_path, "w") as f:
+            json.dump(base, f)
+        check(base["metrics"]["requests_finished"] > 0 and base["metrics"]["ttft_p50"] is not None,
+              "Prometheus' series give the measures")
+        set_fault(srv, "http_error", {"rate": 50})
+        time.sleep(a.window + 1)
+        expect(diagnose(a, srv, a.window, *q, "--baseline", base_path), "http_errors", "http_error, read from Prometheus")
+        clear_faults(srv)
+    finally:
+        if load:
+            load.stop()
+        if prom:
+            prom.stop()
+        srv.stop()
+
+
 def smollm_cases(a, tmp, rep):
     srv = Server(a.servelab, a.smollm, "--enable-fault-injection", "--admin-key", ADMIN)
     load = None
@@ -220,6 +280,8 @@ def main():
         for rep in range(a.repeat):
             print(f"--- run {rep + 1} of {a.repeat}")
             tiny_cases(a, tmp, rep)
+            if rep == 0:
+                prometheus_case(a, tmp)
             if a.smollm:
                 smollm_cases(a, tmp, rep)
     print(f"PASS test_diagnose in {time.monotonic() - t0:.0f} s")
