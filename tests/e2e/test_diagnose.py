@@ -150,6 +150,19 @@ def tiny_cases(a, tmp, rep):
         with open(base_path, "w") as f:
             json.dump(base, f)
         expect(diagnose(a, srv, a.window, "--baseline", base_path), "healthy", "healthy load against its baseline")
+        if rep == 0:  # seed 003's one-click collector
+            bundle = os.path.join(tmp, "bundle")
+            diagnose(a, srv, 1, "--collect", bundle, "--log", srv.log.name)
+            files = sorted(os.listdir(bundle))
+            check(files == ["cache_config_info.txt", "log_tail.txt", "metrics.txt", "models.json", "verdict.json",
+                            "verdict.txt", "version.json"], f"--collect writes the bundle ({files})")
+            with open(os.path.join(bundle, "cache_config_info.txt")) as f:
+                check(f.read().startswith("vllm:cache_config_info{") , "the bundle has vllm:cache_config_info")
+            with open(os.path.join(bundle, "verdict.json")) as f:
+                check(json.load(f)["cause"] == "healthy", "the bundle has the verdict")
+            with open(os.path.join(bundle, "log_tail.txt")) as f:
+                tail = f.read()
+            check(len(tail) > 200 and tail[-200:] in srv.logs(), "the bundle has the log tail")
         for fault, params, cause, settle, flags in TINY_CASES:
             if a.only and fault not in a.only:
                 continue
