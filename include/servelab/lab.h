@@ -106,12 +106,13 @@ int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_le
 void fault_params_format(const fault_spec_t *s, char *buf, size_t len);
 
 /* oom's ERROR line, in PyTorch's wording (torch.OutOfMemoryError, as vLLM
- * logs it): `ask` bytes could not be allocated on a GPU whose memory is
- * mostly taken by `in_use` bytes (the KV cache and the rest); the other
- * numbers are derived from those two so that they add up as PyTorch's do.
- * Sizes are written as PyTorch's format_size writes them (bytes, KiB, MiB,
- * GiB with two decimals). */
-void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t in_use);
+ * logs it): `ask` bytes could not be allocated on GPU 0 of `total` bytes.
+ * The other numbers follow from those two as they do in a serving process
+ * that holds nearly all of its GPU: less is free than was asked for, a
+ * little is reserved by the caching allocator but unallocated, a CUDA
+ * context's worth is not PyTorch's. Sizes are written as PyTorch's
+ * format_size writes them (bytes, KiB, MiB, GiB with two decimals). */
+void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t total);
 
 /* ---- live state -------------------------------------------------------------------- */
 

@@ -21,6 +21,7 @@
 
 #include "engine_internal.h"
 #include "servelab/lab.h"
+#include "servelab/ops.h"
 
 /* How often a stalled engine looks at its fault (cleared, expired, stop). */
 #define STALL_POLL_MS 10
@@ -99,6 +100,21 @@ bool lab_begin_step(engine_t *e, uint32_t faults) {
 
 /* ---- oom ---------------------------------------------------------------------------- */
 
+/* The capacity the OOM line names: the real device's on the CUDA backend;
+ * otherwise an 80 GB A100's as PyTorch reports it (79.15 GiB). */
+static int64_t gpu_total_bytes(engine_t *e) {
+    int64_t total = (int64_t)(79.15 * 1073741824.0);
+#ifdef SERVELAB_HAVE_CUDA
+    int64_t free_b, dev_total;
+    sl_err_t err;
+    if (!strcmp(e->model.ops->name, "cuda") && cuda_backend_mem_info(e->model.ops, &free_b, &dev_total, &err) == 0)
+        total = dev_total;
+#else
+    (void)e;
+#endif
+    return total;
+}
+
 /* Fails r as a CUDA OOM in this step's forward would: it leaves the step,
  * its uncomputed blocks leave the prefix cache, and it finishes with
  * finish_reason "error", as fail_step (step.c) finishes the requests of a
@@ -112,10 +128,8 @@ static void oom_fail(engine_t *e, sched_output_t *so, request_t *r, int64_t ask,
         so->n--;
         break;
     }
-    size_t block_bytes = kv_cache_block_bytes(&e->model.cfg, e->pool.block_size, e->model.ops->act_dtype);
     char msg[1024];
-    /* The KV cache is most of what a serving process holds on its GPU. */
-    fault_oom_message(msg, sizeof msg, ask, (int64_t)e->pool.n_blocks * (int64_t)block_bytes * 10 / 9);
+    fault_oom_message(msg, sizeof msg, ask, gpu_total_bytes(e));
     LOG_ERROR("Model forward failed for request %s; finishing it with an error: %s", r->request_id, msg);
     kv_forget_uncomputed(&e->pool, &r->blocks, r->n_computed);
     engine_finish_request(e, r, FINISH_ERROR, now);

@@ -383,12 +383,12 @@ static const char *torch_size(int64_t n, char *buf, size_t len) {
     return buf;
 }
 
-void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t in_use) {
-    /* Less is free than asked for (that is the failure); a little of what is
-     * in use is reserved by PyTorch's caching allocator but unallocated. */
-    int64_t free_b = ask / 3, reserved = ask / 8 + in_use / 64, total = in_use + free_b;
+void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t total) {
+    int64_t free_b = ask / 3, in_use = total - free_b, context = (int64_t)512 << 20;
+    int64_t reserved = ask / 8 + in_use / 256, allocated = in_use - reserved - context;
+    if (allocated < 0) allocated = 0;
     char a[32], t[32], f[32], u[32], al[32], r[32];
-    /* The wording is PyTorch's (torch.OutOfMemoryError's message). */
+    /* The wording is PyTorch's (c10's CUDA caching allocator, raised as torch.OutOfMemoryError). */
     snprintf(buf, len,
              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %s. GPU 0 has a total capacity of %s "
              "of which %s is free. Including non-PyTorch memory, this process has %s memory in use. Of the "
@@ -397,8 +397,7 @@ void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t in_use) {
              "to avoid fragmentation.  See documentation for Memory Management  "
              "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
              torch_size(ask, a, sizeof a), torch_size(total, t, sizeof t), torch_size(free_b, f, sizeof f),
-             torch_size(in_use, u, sizeof u), torch_size(in_use - reserved, al, sizeof al),
-             torch_size(reserved, r, sizeof r));
+             torch_size(in_use, u, sizeof u), torch_size(allocated, al, sizeof al), torch_size(reserved, r, sizeof r));
 }
 
 /* ---- live state -------------------------------------------------------------------- */
