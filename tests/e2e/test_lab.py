@@ -217,7 +217,7 @@ def test_engine_stall(srv):
     # A request running (slowed by step_delay so the stall catches it mid-way) when the stall begins.
     admin(srv, "POST", body={"name": "step_delay", "params": {"ms": 20}})
     gen0 = vllm(srv, "vllm:generation_tokens_total")
-    t1, r1 = in_thread(complete, srv, 40)
+    t1, r1 = in_thread(complete, srv, 60)
     check(wait_for(lambda: vllm(srv, "vllm:generation_tokens_total") >= gen0 + 3), "a request is generating")
     st, _ = admin(srv, "POST", body={"name": "engine_stall"})
     admin(srv, "DELETE", "/admin/faults/step_delay")
@@ -235,7 +235,7 @@ def test_engine_stall(srv):
     admin(srv, "DELETE", "/admin/faults/engine_stall")
     t1.join(30)
     t2.join(30)
-    check(r1 and r1[0][0] == 200 and r1[0][1]["usage"]["completion_tokens"] == 40 and r2 and r2[0][0] == 200,
+    check(r1 and r1[0][0] == 200 and r1[0][1]["usage"]["completion_tokens"] == 60 and r2 and r2[0][0] == 200,
           "cleared: both requests complete")
     # With seconds, it clears itself.
     admin(srv, "POST", body={"name": "engine_stall", "params": {"seconds": 1}})
