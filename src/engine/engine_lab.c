@@ -131,9 +131,9 @@ static void oom_fail(engine_t *e, sched_output_t *so, request_t *r, int64_t ask,
     char msg[1024];
     fault_oom_message(msg, sizeof msg, ask, gpu_total_bytes(e));
     LOG_ERROR("Model forward failed for request %s; finishing it with an error: %s", r->request_id, msg);
+    faults_count(e->cfg.faults, FAULT_OOM, 1); /* before the client can hear of it */
     kv_forget_uncomputed(&e->pool, &r->blocks, r->n_computed);
     engine_finish_request(e, r, FINISH_ERROR, now);
-    faults_count(e->cfg.faults, FAULT_OOM, 1);
 }
 
 /* A prompt longer than prompt_tokens fails at its prefill, asking for its

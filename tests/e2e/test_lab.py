@@ -246,6 +246,7 @@ def test_engine_stall(srv):
 
 
 def test_kv_leak(srv):
+    wait_for(lambda: vllm(srv, "vllm:kv_cache_usage_perc") == 0, 5)
     idle = vllm(srv, "vllm:kv_cache_usage_perc")
     check(idle == 0, "idle KV usage 0")
     inj0 = metric(srv, "servelab:fault_injections_total", "kv_leak")
@@ -254,13 +255,16 @@ def test_kv_leak(srv):
     for _ in range(3):  # 3 prompt tokens + 40 = 3 blocks of 16 each, 2 of them kept
         st, body, _ = complete(srv, 40)
         assert st == 200 and body["usage"]["completion_tokens"] == 40
+    # The gauge is published after the step that posted the last event: wait for that step.
+    want = idle + 6 / (N_BLOCKS - 1)
+    wait_for(lambda: abs(vllm(srv, "vllm:kv_cache_usage_perc") - want) < 1e-6, 5)
     leaked = vllm(srv, "vllm:kv_cache_usage_perc")
-    check(abs(leaked - idle - 6 / (N_BLOCKS - 1)) < 1e-6,
-          f"after 3 finished requests KV usage is up by 6 blocks ({idle:.4f} -> {leaked:.4f})")
+    check(abs(leaked - want) < 1e-6, f"after 3 finished requests KV usage is up by 6 blocks ({idle:.4f} -> {leaked:.4f})")
     check(vllm(srv, "vllm:gpu_cache_usage_perc") == leaked, "gpu_cache_usage_perc moves alike")
     check(metric(srv, "servelab:fault_injections_total", "kv_leak") - inj0 == 6, "6 leaked blocks counted")
     admin(srv, "DELETE", "/admin/faults/kv_leak")
     st, _, _ = complete(srv, 4)
+    wait_for(lambda: vllm(srv, "vllm:kv_cache_usage_perc") == idle, 5)
     check(st == 200 and vllm(srv, "vllm:kv_cache_usage_perc") == idle, "cleared: KV usage back to idle")
 
 
