@@ -9,7 +9,11 @@
  * step. A request whose prompt is complete after this step gets one row of
  * logits and a token; a partial prefill chunk gets none. The forward and the
  * sampling are the model runner's (model_runner.c); this file is what the
- * engine does with the tokens.
+ * engine does with the tokens. The lab's faults (docs/lab.md) act at marked
+ * points, all behind the one mask load at the top of engine_step: a stall
+ * or leaked blocks to give back before anything (engine_lab.c), oom and
+ * cold_start after scheduling, step_delay and logit_noise before the
+ * forward, suppress_eos in the stop checks, kv_leak when a request retires.
  */
 #define _GNU_SOURCE /* nanosleep */
 #include <stdlib.h>
