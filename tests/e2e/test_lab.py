@@ -299,7 +299,8 @@ def test_cold_start(srv):
     st, _ = admin(srv, "POST", body={"name": "cold_start", "params": {"steps": 4, "ms": 250}})
     check(st == 200, "cold_start steps=4 ms=250 set")
     st, _, cold = complete(srv, 8)
-    check(st == 200 and cold >= base + 4 * 0.25, f"the first request pays 4 x 250 ms ({base:.3f} s -> {cold:.3f} s)")
+    # The sleeps are real: at least 4 x 250 ms (not base + that: base's overhead varies more than 0).
+    check(st == 200 and cold >= 4 * 0.25, f"the first request pays 4 x 250 ms ({base:.3f} s -> {cold:.3f} s)")
     check(metric(srv, "servelab:fault_active", "cold_start") == 0 and
           "Fault injection: cold_start cleared (its steps ran out)" in srv.logs(), "then it cleared itself, logged")
     check(metric(srv, "servelab:fault_injections_total", "cold_start") == 4, "4 slowed steps counted")
@@ -307,7 +308,7 @@ def test_cold_start(srv):
     check(warm < base + 0.25, f"the next request is fast again ({warm:.3f} s)")
     admin(srv, "POST", body={"name": "cold_start", "params": {"steps": 2, "ms": 250}})
     st, _, again = complete(srv, 8)
-    check(again >= base + 2 * 0.25, f"set again: its steps count anew ({again:.3f} s)")
+    check(again >= 2 * 0.25, f"set again: its steps count anew ({again:.3f} s)")
 
 
 PROMPT = "the quick brown fox"
