@@ -122,6 +122,13 @@ void kv_forget_uncomputed(kv_pool_t *p, kv_seq_blocks_t *seq, int32_t n_valid_to
 void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq);
 void kv_seq_blocks_free(kv_seq_blocks_t *seq);
 
+/* One more reference to block id, which some sequence holds (ref_cnt > 0),
+ * and its release: a held block stays out of the free queue (never
+ * evicted, its prefix-cache entry kept) until the last reference goes.
+ * The lab's kv_leak holds blocks of finished requests this way. */
+void kv_block_hold(kv_pool_t *p, int32_t id);
+void kv_block_release(kv_pool_t *p, int32_t id);
+
 /* The prefix cache's counters, in tokens and requests (vLLM's
  * PrefixCacheStats: queries, hits, requests looked up). */
 typedef struct {

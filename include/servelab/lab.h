@@ -105,6 +105,15 @@ int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_le
 /* The parameters' current values as `key=value,...` (for logs); buf gets "" for none. */
 void fault_params_format(const fault_spec_t *s, char *buf, size_t len);
 
+/* oom's ERROR line, in PyTorch's wording (torch.OutOfMemoryError, as vLLM
+ * logs it): `ask` bytes could not be allocated on GPU 0 of `total` bytes.
+ * The other numbers follow from those two as they do in a serving process
+ * that holds nearly all of its GPU: less is free than was asked for, a
+ * little is reserved by the caching allocator but unallocated, a CUDA
+ * context's worth is not PyTorch's. Sizes are written as PyTorch's
+ * format_size writes them (bytes, KiB, MiB, GiB with two decimals). */
+void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t total);
+
 /* ---- live state -------------------------------------------------------------------- */
 
 typedef struct faults {
@@ -140,6 +149,12 @@ static inline uint32_t faults_mask(const faults_t *f) {
 void faults_set(faults_t *f, const fault_spec_t *s);
 void faults_clear(faults_t *f, fault_id_t id);
 void faults_clear_all(faults_t *f);
+
+/* A fault that runs out by itself (engine_stall's seconds, cold_start's
+ * steps): clears fault id only while it is still the setting numbered
+ * `epoch` (faults_get), so a new setting made meanwhile is kept, and logs
+ * "Fault injection: NAME cleared (why)". Whether it cleared. */
+bool faults_expire(faults_t *f, fault_id_t id, uint64_t epoch, const char *why);
 
 /* Whether fault id is active; if so *p (may be NULL) gets its parameters,
  * *epoch (may be NULL) how many times it has been set, and *set_at (may be

@@ -96,15 +96,32 @@ void runner_prepare(sl_batch_t *b, const sched_output_t *so, int32_t block_size)
  * runner_graphs_t), otherwise op by op. */
 void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv, float *logits);
 
+/* The lab's logit_noise (NULL to runner_execute when off): Gaussian noise of
+ * standard deviation `scale` on every logit of every sampled row, before
+ * sampling (greedy included). A row's noise is drawn from a generator seeded
+ * by logit_noise_seed(seed, the sequence's tokens so far), so the same
+ * request gets the same noise whatever its batch, in this server or another
+ * started with the same --seed. With device logits (ops->logits_device) the
+ * rows go to the host and back (download, noise, upload): no kernel of its
+ * own, a cost only while the fault is on. */
+typedef struct {
+    double scale;
+    uint64_t seed; /* the engine's --seed */
+} runner_noise_t;
+uint64_t logit_noise_seed(uint64_t seed, const int32_t *tokens, int32_t n_tokens);
+/* Adds N(0, scale^2) to each of row[0 .. V), drawn from rng_seed(row_seed). */
+void logit_noise_row(float *row, int64_t V, double scale, uint64_t row_seed);
+
 /* The engine's step: prepares so's batch, runs it against the runner's KV
  * cache and samples the n_rows sequences of `sampled` (the scheduled
  * requests whose known tokens are all computed after this step, in batch
  * order) into out[0 .. n_rows). Each draw comes from the request's own
  * generator, on the host or the device alike. Returns 0, or the backend's
  * failure (ops.h last_error: 1 recoverable, 2 the device is lost) with its
- * message in msg; `out` is then meaningless. */
+ * message in msg; `out` is then meaningless. `noise`: the lab's logit_noise
+ * (above), NULL when it is off. */
 int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_rows,
-                   sample_result_t *out, char *msg, size_t msg_cap);
+                   const runner_noise_t *noise, sample_result_t *out, char *msg, size_t msg_cap);
 
 /* Startup's dummy steps, against a scratch cache of one block: S sequences
  * share T tokens; with `context`, each has max_model_len tokens in the cache

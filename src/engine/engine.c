@@ -157,6 +157,7 @@ void engine_free(engine_t *e) {
     e->n_incoming = 0;
     double now = sl_now_s();
     engine_finish_all(e, FINISH_ABORT, now);
+    lab_free(e);
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
     free(e->aborts);

@@ -52,6 +52,15 @@ void em_finished(engine_metrics_t *em, const request_t *r);
 void em_parent_finished(engine_metrics_t *em, const struct engine_stream *st);
 void em_flush(engine_metrics_t *em, const em_step_t *s);
 
+/* The lab's engine-side state (engine_lab.c), engine thread only. */
+typedef struct {
+    uint64_t stall_epoch;           /* engine_stall's setting last seen (one injection each) */
+    uint64_t cold_epoch;            /* cold_start's setting whose steps are counted */
+    int64_t cold_left;              /* its slowed steps still to run */
+    int32_t *leaked;                /* kv_leak: blocks held, one reference each */
+    int32_t n_leaked, cap_leaked;
+} engine_lab_t;
+
 struct engine {
     engine_config_t cfg;            /* resolved (engine_boot.c) */
     llama_model_t model;
@@ -83,6 +92,8 @@ struct engine {
     hit_window_t hit_window;
     int64_t seen_preemptions;
     kv_prefix_stats_t seen_prefix;
+    uint32_t step_faults;           /* the lab's mask as this step loaded it */
+    engine_lab_t lab;
 };
 
 /* engine.c: builds the engine around a model and tokenizer that engine_boot.c
@@ -96,5 +107,21 @@ void engine_finish_request(engine_t *e, request_t *r, finish_reason_t why, doubl
 void engine_finish_all(engine_t *e, finish_reason_t why, double now);
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence);
 void engine_stream_unref(engine_stream_t *st);
+/* The step's snapshot and metrics (engine_get_stats, em_flush). */
+void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen);
+
+/* engine_lab.c: the lab's faults where the engine acts on them (docs/lab.md).
+ * Each is called only when the step's mask has a bit set (or, for
+ * lab_begin_step, blocks are still leaked), so they cost nothing when off. */
+/* Start of a step: returns kv_leak's blocks once it is cleared; engine_stall.
+ * True when the engine is stalled: the step does nothing more. */
+bool lab_begin_step(engine_t *e, uint32_t faults);
+/* After scheduling, before the forward: oom fails its requests (they leave
+ * so), cold_start sleeps. */
+void lab_before_forward(engine_t *e, uint32_t faults, sched_output_t *so, double now);
+/* kv_leak: r finishes; some of its blocks get one more reference, kept. */
+void lab_leak(engine_t *e, request_t *r);
+/* engine_free: gives back what the lab still holds. */
+void lab_free(engine_t *e);
 
 #endif

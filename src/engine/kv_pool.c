@@ -310,6 +310,17 @@ void kv_free_seq(kv_pool_t *p, kv_seq_blocks_t *seq) {
     seq->n_hashed = 0;
 }
 
+void kv_block_hold(kv_pool_t *p, int32_t id) {
+    SL_ASSERT(id > KV_NULL_BLOCK && id < p->n_blocks && p->blocks[id].ref_cnt > 0);
+    p->blocks[id].ref_cnt++;
+}
+
+void kv_block_release(kv_pool_t *p, int32_t id) {
+    kv_block_t *b = &p->blocks[id];
+    SL_ASSERT(id > KV_NULL_BLOCK && id < p->n_blocks && b->ref_cnt > 0);
+    if (--b->ref_cnt == 0) fq_push_tail(p, id);
+}
+
 void kv_seq_blocks_free(kv_seq_blocks_t *seq) {
     free(seq->ids);
     free(seq->hashes);

@@ -10,6 +10,7 @@
  */
 #include "servelab/model_runner.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,11 +246,51 @@ static void sample_rows(model_runner_t *r, request_t *const *reqs, int32_t n_row
                    r->row_bias, off, out);
 }
 
+/* ---- the lab's logit_noise (model_runner.h) ----------------------------------------- */
+
+uint64_t logit_noise_seed(uint64_t seed, const int32_t *tokens, int32_t n_tokens) {
+    /* splitmix64's finalizer over (seed, each token): any change of a token
+     * or of its place changes the row's noise. */
+    uint64_t h = seed ^ 0x6c6f6769745f6e6full; /* "logit_no" */
+    for (int32_t i = 0; i <= n_tokens; i++) {
+        h ^= i < n_tokens ? (uint64_t)(uint32_t)tokens[i] : (uint64_t)n_tokens << 32;
+        h += 0x9e3779b97f4a7c15ull;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
+void logit_noise_row(float *row, int64_t V, double scale, uint64_t row_seed) {
+    sl_rng_t rng;
+    rng_seed(&rng, row_seed);
+    /* Box-Muller: two uniforms give two independent normals. */
+    for (int64_t i = 0; i < V; i += 2) {
+        double u1 = 1.0 - rng_uniform(&rng), u2 = rng_uniform(&rng); /* u1 in (0, 1]: log is finite */
+        double rad = sqrt(-2.0 * log(u1)) * scale, th = 6.283185307179586 * u2; /* 2 pi */
+        row[i] += (float)(rad * cos(th));
+        if (i + 1 < V) row[i + 1] += (float)(rad * sin(th));
+    }
+}
+
+static void add_logit_noise(model_runner_t *r, request_t *const *reqs, int32_t n_rows, const runner_noise_t *noise) {
+    const sl_ops_t *o = r->ops;
+    int64_t V = r->model->cfg.vocab_size;
+    size_t n_bytes = (size_t)n_rows * (size_t)V * sizeof(float);
+    if (r->d_logits) o->download(o->ctx, r->logits, r->d_logits, n_bytes);
+    for (int32_t i = 0; i < n_rows; i++)
+        logit_noise_row(r->logits + (size_t)i * (size_t)V, V, noise->scale,
+                        logit_noise_seed(noise->seed, reqs[i]->tokens, reqs[i]->n_tokens));
+    if (r->d_logits) o->upload(o->ctx, r->d_logits, r->logits, n_bytes);
+}
+
 int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_rows,
-                   sample_result_t *out, char *msg, size_t msg_cap) {
+                   const runner_noise_t *noise, sample_result_t *out, char *msg, size_t msg_cap) {
     runner_prepare(&r->batch, so, (int32_t)r->kv.block_size);
     SL_ASSERT(n_rows == r->batch.n_logits);
     runner_forward(r, &r->batch, &r->kv, r->d_logits ? NULL : r->logits);
+    if (noise && n_rows > 0) add_logit_noise(r, sampled, n_rows, noise);
     if (n_rows > 0) sample_rows(r, sampled, n_rows, out);
     /* One check for both: on a device it is a synchronization. */
     const sl_ops_t *o = r->ops;

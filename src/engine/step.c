@@ -9,7 +9,11 @@
  * step. A request whose prompt is complete after this step gets one row of
  * logits and a token; a partial prefill chunk gets none. The forward and the
  * sampling are the model runner's (model_runner.c); this file is what the
- * engine does with the tokens.
+ * engine does with the tokens. The lab's faults (docs/lab.md) act at marked
+ * points, all behind the one mask load at the top of engine_step: a stall
+ * or leaked blocks to give back before anything (engine_lab.c), oom and
+ * cold_start after scheduling, step_delay and logit_noise before the
+ * forward, suppress_eos in the stop checks, kv_leak when a request retires.
  */
 #define _GNU_SOURCE /* nanosleep */
 #include <stdlib.h>
@@ -57,6 +61,8 @@ static engine_output_t *new_output(const request_t *r, const char *text, size_t 
  * event and, once every sequence of the client's request has finished,
  * drops the engine's reference to the stream. */
 static void retire(engine_t *e, request_t *r, finish_reason_t why, double now, engine_output_t *last_event) {
+    /* kv_leak (lab): some blocks keep a reference past sched_remove's release. */
+    if (__builtin_expect(e->step_faults & FAULT_BIT(FAULT_KV_LEAK), 0)) lab_leak(e, r);
     sched_remove(&e->sched, r);
     r->status = REQ_FINISHED;
     r->finish = why;
@@ -163,7 +169,7 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
 
 /* Once per step: the snapshot engine_get_stats returns (under the engine's
  * lock) and the step's metrics (under the registry's). */
-static void publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen) {
+void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int64_t n_gen) {
     kv_prefix_stats_t px = kv_pool_prefix_stats(&e->pool);
     int64_t n_preemptions = sched_n_preemptions(&e->sched);
     em_step_t m = {
@@ -234,7 +240,7 @@ static void fail_step(engine_t *e, const sched_output_t *so, const char *msg, bo
         kv_forget_uncomputed(&e->pool, &r->blocks, r->n_computed);
         engine_finish_request(e, r, FINISH_ERROR, now);
     }
-    publish_stats(e, 0, 0, 0);
+    engine_publish_stats(e, 0, 0, 0);
 }
 
 void engine_finish_all(engine_t *e, finish_reason_t why, double now) {
@@ -245,10 +251,16 @@ void engine_finish_all(engine_t *e, finish_reason_t why, double now) {
 /* A dead engine runs nothing: whatever is running or waiting finishes with "error". */
 static void fail_all(engine_t *e, double now) {
     engine_finish_all(e, FINISH_ERROR, now);
-    publish_stats(e, 0, 0, 0);
+    engine_publish_stats(e, 0, 0, 0);
 }
 
 bool engine_step(engine_t *e) {
+    /* Lab faults: one relaxed load per step, nothing per token when none is
+     * on. Leaked blocks outlive their fault until the next step gives them
+     * back, hence the second test (a plain field, false when the lab is off). */
+    uint32_t faults = e->step_faults = faults_mask(e->cfg.faults);
+    if (__builtin_expect(faults != 0 || e->lab.n_leaked > 0, 0) && lab_begin_step(e, faults))
+        return true; /* engine_stall: no step */
     double now = sl_now_s();
     take_submissions(e, now);
     if (e->dead && sched_has_work(&e->sched)) {
@@ -256,7 +268,7 @@ bool engine_step(engine_t *e) {
         return true;
     }
     if (!sched_has_work(&e->sched)) {
-        publish_stats(e, 0, 0, 0);
+        engine_publish_stats(e, 0, 0, 0);
         return false;
     }
     const sched_output_t *so = sched_step(&e->sched, now);
@@ -266,8 +278,15 @@ bool engine_step(engine_t *e) {
          * pool can cause this, and submission refuses those; fail it, never spin. */
         if (sched_n_running(&e->sched) == 0 && sched_n_waiting(&e->sched) > 0)
             engine_finish_request(e, sched_first_waiting(&e->sched), FINISH_ERROR, now);
-        publish_stats(e, 0, 0, 0);
+        engine_publish_stats(e, 0, 0, 0);
         return true;
+    }
+    if (__builtin_expect(faults != 0, 0)) { /* oom fails requests (they leave so); cold_start sleeps */
+        lab_before_forward(e, faults, &e->sched.out, now);
+        if (so->n == 0) {
+            engine_publish_stats(e, 0, 0, 0);
+            return true;
+        }
     }
     /* Sample every sequence whose known tokens are all computed after this
      * step (a partial prefill chunk gets no token). */
@@ -276,8 +295,6 @@ bool engine_step(engine_t *e) {
         request_t *r = so->reqs[s];
         if (r->n_computed + so->n_new[s] == r->n_tokens) e->sampled[n_rows++] = r;
     }
-    /* Lab faults: one relaxed load per step, nothing per token when none is on. */
-    uint32_t faults = faults_mask(e->cfg.faults);
     if (__builtin_expect(faults != 0, 0) && (faults & FAULT_BIT(FAULT_STEP_DELAY))) {
         int32_t ms = atomic_load_explicit(&e->cfg.faults->step_delay_ms, memory_order_relaxed);
         if (ms > 0) { /* 0 only in the instant a clear is under way */
@@ -287,8 +304,18 @@ bool engine_step(engine_t *e) {
         }
     }
     bool suppress_eos = faults & FAULT_BIT(FAULT_SUPPRESS_EOS);
+    /* logit_noise (lab): the runner adds it to each sampled row's logits. */
+    runner_noise_t noise;
+    const runner_noise_t *noisy = NULL;
+    fault_params_t lp;
+    if (__builtin_expect(faults != 0, 0) && (faults & FAULT_BIT(FAULT_LOGIT_NOISE)) && n_rows > 0 &&
+        faults_get(e->cfg.faults, FAULT_LOGIT_NOISE, &lp, NULL, NULL)) {
+        noise = (runner_noise_t){.scale = lp.scale, .seed = e->cfg.seed};
+        noisy = &noise;
+        faults_count(e->cfg.faults, FAULT_LOGIT_NOISE, n_rows);
+    }
     char fail_msg[SL_ERR_LEN];
-    int failed = runner_execute(&e->runner, so, e->sampled, n_rows, e->results, fail_msg, sizeof fail_msg);
+    int failed = runner_execute(&e->runner, so, e->sampled, n_rows, noisy, e->results, fail_msg, sizeof fail_msg);
     double done = sl_now_s();
     if (failed) {
         fail_step(e, so, fail_msg, failed == 2, done);
@@ -304,6 +331,6 @@ bool engine_step(engine_t *e) {
         n_gen++;
     }
 
-    publish_stats(e, 1, n_prompt_done, n_gen);
+    engine_publish_stats(e, 1, n_prompt_done, n_gen);
     return true;
 }

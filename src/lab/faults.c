@@ -375,6 +375,32 @@ void fault_params_format(const fault_spec_t *s, char *buf, size_t len) {
     }
 }
 
+/* c10/cuda/CUDACachingAllocator.cpp's format_size. */
+static const char *torch_size(int64_t n, char *buf, size_t len) {
+    if (n <= 1024) snprintf(buf, len, "%lld bytes", (long long)n);
+    else if (n <= 1048576) snprintf(buf, len, "%.2f KiB", (double)n / 1024.0);
+    else if (n <= 1073741824) snprintf(buf, len, "%.2f MiB", (double)n / 1048576.0);
+    else snprintf(buf, len, "%.2f GiB", (double)n / 1073741824.0);
+    return buf;
+}
+
+void fault_oom_message(char *buf, size_t len, int64_t ask, int64_t total) {
+    int64_t free_b = ask / 3, in_use = total - free_b, context = (int64_t)512 << 20;
+    int64_t reserved = ask / 8 + in_use / 256, allocated = in_use - reserved - context;
+    if (allocated < 0) allocated = 0;
+    char a[32], t[32], f[32], u[32], al[32], r[32];
+    /* The wording is PyTorch's (c10's CUDA caching allocator, raised as torch.OutOfMemoryError). */
+    snprintf(buf, len,
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %s. GPU 0 has a total capacity of %s "
+             "of which %s is free. Including non-PyTorch memory, this process has %s memory in use. Of the "
+             "allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but unallocated. If "
+             "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+             "to avoid fragmentation.  See documentation for Memory Management  "
+             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+             torch_size(ask, a, sizeof a), torch_size(total, t, sizeof t), torch_size(free_b, f, sizeof f),
+             torch_size(in_use, u, sizeof u), torch_size(allocated, al, sizeof al), torch_size(reserved, r, sizeof r));
+}
+
 /* ---- live state -------------------------------------------------------------------- */
 
 faults_t *faults_new(uint64_t seed) {
@@ -449,6 +475,15 @@ void faults_clear(faults_t *f, fault_id_t id) {
 
 void faults_clear_all(faults_t *f) {
     for (int i = 0; i < FAULT_COUNT; i++) faults_clear(f, (fault_id_t)i);
+}
+
+bool faults_expire(faults_t *f, fault_id_t id, uint64_t epoch, const char *why) {
+    pthread_mutex_lock(f->mu);
+    bool match = (atomic_load(&f->mask) & FAULT_BIT(id)) && f->epoch[id] == epoch;
+    if (match) set_locked(f, id, false, NULL);
+    pthread_mutex_unlock(f->mu);
+    if (match) LOG_INFO("Fault injection: %s cleared (%s)", table[id].name, why);
+    return match;
 }
 
 bool faults_get(faults_t *f, fault_id_t id, fault_params_t *p, uint64_t *epoch, double *set_at) {

@@ -5,7 +5,8 @@ key refused as one), its list, step_delay slowing real completions (and nothing 
 cleared), suppress_eos running past stop_token_ids to max_tokens, http_error's counted 429s,
 400s listing the valid names, --fault at startup and its precise errors; the server-side faults:
 tokenize_cost's real CPU time and TTFT, stream_delay's slow stream beside a healthy ITL,
-stream_coalesce's fewer events with the same text, finish_reason and usage."""
+stream_coalesce's fewer events with the same text, finish_reason and usage; the engine's faults
+(engine_stall, kv_leak, oom, cold_start, logit_noise) each measured where it acts."""
 import argparse
 import http.client
 import json
@@ -32,8 +33,8 @@ def admin(srv, method, path="/admin/faults", body=None, key=ADMIN):
     return st, b
 
 
-def complete(srv, max_tokens, **extra):
-    body = {"model": NAME, "prompt": "hello world", "max_tokens": max_tokens, "temperature": 0, **extra}
+def complete(srv, max_tokens, prompt="hello world", **extra):
+    body = {"model": NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
     t0 = time.monotonic()
     st, _, b = raw(srv.base, "POST", "/v1/completions", json.dumps(body).encode(),
                    {"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
@@ -85,6 +86,30 @@ def content(events, chat):
            not (chat and "role" in e["choices"][0]["delta"])]
     text = "".join(e["choices"][0]["delta"].get("content", "") if chat else e["choices"][0]["text"] for e in out)
     return out, text
+def vllm(srv, name):
+    """The value of an engine series of vLLM's (one child: this server's model)."""
+    st, _, b = raw(srv.base, "GET", "/metrics")
+    assert st == 200
+    m = re.search(r'^%s\{[^}]*\} (\S+)$' % re.escape(name), b.decode(), re.M)
+    assert m, f"{name} missing"
+    return float(m.group(1))
+
+
+def in_thread(fn, *args, **kw):
+    """Runs fn in a thread; the returned list gets its result."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn(*args, **kw)), daemon=True)
+    t.start()
+    return t, out
+
+
+def wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def check(cond, msg):
@@ -320,6 +345,158 @@ def test_startup_fault(a):
     check(p.returncode == 2 and "differ" in p.stderr, "an admin key equal to an API key: exit 2")
 
 
+N_BLOCKS = 40  # test_server.Server's --num-gpu-blocks-override; usage is over N_BLOCKS - 1 (the null block)
+
+
+def test_engine_stall(srv):
+    # A request running (slowed by step_delay so the stall catches it mid-way) when the stall begins.
+    admin(srv, "POST", body={"name": "step_delay", "params": {"ms": 20}})
+    gen0 = vllm(srv, "vllm:generation_tokens_total")
+    t1, r1 = in_thread(complete, srv, 60)
+    check(wait_for(lambda: vllm(srv, "vllm:generation_tokens_total") >= gen0 + 3), "a request is generating")
+    st, _ = admin(srv, "POST", body={"name": "engine_stall"})
+    admin(srv, "DELETE", "/admin/faults/step_delay")
+    check(st == 200, "engine_stall set (until cleared)")
+    time.sleep(0.1)
+    gen1 = vllm(srv, "vllm:generation_tokens_total")
+    t2, r2 = in_thread(complete, srv, 4)
+    time.sleep(0.8)
+    check(vllm(srv, "vllm:generation_tokens_total") == gen1 and not r1,
+          f"stalled: generation_tokens_total frozen at {gen1:.0f}, the request not done")
+    check(vllm(srv, "vllm:num_requests_running") >= 1, "stalled: num_requests_running stays >= 1")
+    check(vllm(srv, "vllm:num_requests_waiting") >= 1, "stalled: a new submission waits (the queue grows)")
+    check(raw(srv.base, "GET", "/health")[0] == 200, "stalled: /health still 200")
+    check(metric(srv, "servelab:fault_injections_total", "engine_stall") == 1, "one injection per stall begun")
+    admin(srv, "DELETE", "/admin/faults/engine_stall")
+    t1.join(30)
+    t2.join(30)
+    check(r1 and r1[0][0] == 200 and r1[0][1]["usage"]["completion_tokens"] == 60 and r2 and r2[0][0] == 200,
+          "cleared: both requests complete")
+    # With seconds, it clears itself.
+    admin(srv, "POST", body={"name": "engine_stall", "params": {"seconds": 1}})
+    st, body, t = complete(srv, 2)
+    check(st == 200 and t >= 0.8, f"a 1 s stall holds a request ({t:.2f} s), then it completes")
+    check(metric(srv, "servelab:fault_active", "engine_stall") == 0 and
+          "Fault injection: engine_stall cleared (its time ran out)" in srv.logs(), "the stall cleared itself, logged")
+
+
+def test_kv_leak(srv):
+    wait_for(lambda: vllm(srv, "vllm:kv_cache_usage_perc") == 0, 5)
+    idle = vllm(srv, "vllm:kv_cache_usage_perc")
+    check(idle == 0, "idle KV usage 0")
+    inj0 = metric(srv, "servelab:fault_injections_total", "kv_leak")
+    st, _ = admin(srv, "POST", body={"name": "kv_leak", "params": {"blocks": 2}})
+    check(st == 200, "kv_leak blocks=2 set")
+    for _ in range(3):  # 3 prompt tokens + 40 = 3 blocks of 16 each, 2 of them kept
+        st, body, _ = complete(srv, 40)
+        assert st == 200 and body["usage"]["completion_tokens"] == 40
+    # The gauge is published after the step that posted the last event: wait for that step.
+    want = idle + 6 / (N_BLOCKS - 1)
+    wait_for(lambda: abs(vllm(srv, "vllm:kv_cache_usage_perc") - want) < 1e-6, 5)
+    leaked = vllm(srv, "vllm:kv_cache_usage_perc")
+    check(abs(leaked - want) < 1e-6, f"after 3 finished requests KV usage is up by 6 blocks ({idle:.4f} -> {leaked:.4f})")
+    check(vllm(srv, "vllm:gpu_cache_usage_perc") == leaked, "gpu_cache_usage_perc moves alike")
+    check(metric(srv, "servelab:fault_injections_total", "kv_leak") - inj0 == 6, "6 leaked blocks counted")
+    admin(srv, "DELETE", "/admin/faults/kv_leak")
+    st, _, _ = complete(srv, 4)
+    wait_for(lambda: vllm(srv, "vllm:kv_cache_usage_perc") == idle, 5)
+    check(st == 200 and vllm(srv, "vllm:kv_cache_usage_perc") == idle, "cleared: KV usage back to idle")
+
+
+def test_oom(srv):
+    st, _ = admin(srv, "POST", body={"name": "oom", "params": {"prompt_tokens": 20}})
+    check(st == 200, "oom prompt_tokens=20 set")
+    st, body, _ = complete(srv, 4, prompt="hello world " * 20)
+    check(st == 200 and body["choices"][0]["finish_reason"] == "error",
+          "a long prompt fails: finish_reason error")
+    logs = srv.logs()
+    check("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in logs and "ERROR" in logs,
+          "an ERROR line with PyTorch's OOM wording")
+    st, body, _ = complete(srv, 4)
+    check(st == 200 and body["choices"][0]["finish_reason"] == "length", "a short prompt still succeeds")
+    check(metric(srv, "servelab:fault_injections_total", "oom") == 1, "one failed request counted")
+    # running=1: requests beyond the first fail while it runs.
+    admin(srv, "POST", body={"name": "oom", "params": {"running": 1}})
+    admin(srv, "POST", body={"name": "step_delay", "params": {"ms": 20}})
+    ts = [in_thread(complete, srv, 20) for _ in range(3)]
+    for t, _ in ts:
+        t.join(60)
+    fins = sorted(r[0][1]["choices"][0]["finish_reason"] for _, r in ts)
+    admin(srv, "DELETE", "/admin/faults/step_delay")
+    check("error" in fins and "length" in fins, f"running=1: the newest running requests fail, one succeeds ({fins})")
+    admin(srv, "DELETE", "/admin/faults/oom")
+    st, body, _ = complete(srv, 4, prompt="hello world " * 20)
+    check(st == 200 and body["choices"][0]["finish_reason"] == "length", "cleared: the long prompt succeeds")
+
+
+def test_cold_start(srv):
+    base = min(complete(srv, 8)[2] for _ in range(2))
+    st, _ = admin(srv, "POST", body={"name": "cold_start", "params": {"steps": 4, "ms": 250}})
+    check(st == 200, "cold_start steps=4 ms=250 set")
+    st, _, cold = complete(srv, 8)
+    # The sleeps are real: at least 4 x 250 ms (not base + that: base's overhead varies more than 0).
+    check(st == 200 and cold >= 4 * 0.25, f"the first request pays 4 x 250 ms ({base:.3f} s -> {cold:.3f} s)")
+    check(metric(srv, "servelab:fault_active", "cold_start") == 0 and
+          "Fault injection: cold_start cleared (its steps ran out)" in srv.logs(), "then it cleared itself, logged")
+    check(metric(srv, "servelab:fault_injections_total", "cold_start") == 4, "4 slowed steps counted")
+    st, _, warm = complete(srv, 8)
+    check(warm < base + 0.25, f"the next request is fast again ({warm:.3f} s)")
+    admin(srv, "POST", body={"name": "cold_start", "params": {"steps": 2, "ms": 250}})
+    st, _, again = complete(srv, 8)
+    check(again >= 2 * 0.25, f"set again: its steps count anew ({again:.3f} s)")
+
+
+PROMPT = "the quick brown fox"
+
+
+def test_logit_noise(srv):
+    st, body, _ = complete(srv, 16, prompt=PROMPT)
+    clean = body["choices"][0]["text"]
+    st, _ = admin(srv, "POST", body={"name": "logit_noise", "params": {"scale": 10}})
+    check(st == 200, "logit_noise scale=10 set")
+    noisy = [complete(srv, 16, prompt=PROMPT)[1]["choices"][0]["text"] for _ in range(2)]
+    check(noisy[0] != clean, "temperature 0 with noise: the output differs")
+    check(noisy[0] == noisy[1], "the noise repeats: the same request twice gives the same text")
+    check(metric(srv, "servelab:fault_injections_total", "logit_noise") >= 32, "noised rows counted")
+    admin(srv, "DELETE", "/admin/faults/logit_noise")
+    check(complete(srv, 16, prompt=PROMPT)[1]["choices"][0]["text"] == clean, "cleared: the output is back")
+    return clean, noisy[0]
+
+
+def test_engine_faults(a):
+    srv = Server(a.servelab, a.model, "--enable-fault-injection", "--admin-key", ADMIN, "--seed", "7")
+    try:
+        complete(srv, 4)  # warm
+        test_engine_stall(srv)
+        test_kv_leak(srv)
+        test_oom(srv)
+        test_cold_start(srv)
+        clean, noisy = test_logit_noise(srv)
+        # Shutdown works while stalled: the engine loop sees the stop between its polls.
+        admin(srv, "POST", body={"name": "engine_stall"})
+        t, _ = in_thread(complete, srv, 4)
+        time.sleep(0.2)
+    finally:
+        rc = srv.stop()
+    check(rc is not None, f"a stalled server shuts down (exit {rc})")
+    # Another server, the same --seed, both faults from boot: the same noisy text, and a cold first request.
+    srv = Server(a.servelab, a.model, "--seed", "7", "--fault", "logit_noise:scale=10",
+                 "--fault", "cold_start:steps=3,ms=300")
+    try:
+        st, body, t = complete(srv, 16, prompt=PROMPT)
+        check(body["choices"][0]["text"] == noisy, "the same --seed in another server: the same noisy text")
+        check(t >= 0.9, f"--fault cold_start: the first request after boot is slow ({t:.3f} s)")
+        check(metric(srv, "servelab:fault_active", "cold_start") == 0, "cold_start cleared itself after boot")
+    finally:
+        srv.stop()
+    srv = Server(a.servelab, a.model, "--seed", "8", "--fault", "logit_noise:scale=10")
+    try:
+        text = complete(srv, 16, prompt=PROMPT)[1]["choices"][0]["text"]
+        check(text != noisy and text != clean, "another --seed: other noise")
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servelab", required=True)
@@ -328,6 +505,7 @@ def main():
     test_admin_api_absent_without_flag(a)
     test_lab(a)
     test_startup_fault(a)
+    test_engine_faults(a)
     print("all lab tests passed")
 
 

@@ -14,8 +14,13 @@
  * - The draws: a seeded random request's rows carry exactly the successive
  *   uniforms of a generator seeded with its seed (one per token, none
  *   skipped or repeated), and a greedy request's rows draw nothing (u = 0).
+ * - The lab's logit_noise acts on either path alike: on the device path the
+ *   rows go to the host for their noise and back, and every request draws
+ *   the tokens the host path draws with the same noise (and others than
+ *   without it).
  */
 #include "servelab/engine.h"
+#include "servelab/lab.h"
 #include "servelab/rng.h"
 #include "servelab/sampler.h"
 #include "test.h"
@@ -83,7 +88,7 @@ static void spec(sampling_params_t *p, int i) {
     }
 }
 
-static void run(const sl_ops_t *ops, result_t *res, int64_t *n_preemptions) {
+static void run(const sl_ops_t *ops, result_t *res, int64_t *n_preemptions, struct faults *faults) {
     sl_err_t err;
     /* 12 blocks of 16: the requests (up to 77 tokens each, n up to 3) preempt one another. */
     engine_config_t c = {.block_size = 16, .num_gpu_blocks_override = 13, .enable_prefix_caching = true};
@@ -95,6 +100,7 @@ static void run(const sl_ops_t *ops, result_t *res, int64_t *n_preemptions) {
     c.max_model_len = 128;
     c.max_num_batched_tokens_set = true;
     c.seed = 42;
+    c.faults = faults;
     engine_t *e = engine_create(&c, &err);
     SL_ASSERT(e);
     engine_stream_t *st[N_REQS];
@@ -134,8 +140,8 @@ static void test_device_sampling_path_draws_what_the_host_path_draws(void) {
     dev.sample = dev_sample;
     static result_t host[N_REQS], device[N_REQS];
     int64_t pre_host = 0, pre_dev = 0;
-    run(cpu, host, &pre_host);
-    run(&dev, device, &pre_dev);
+    run(cpu, host, &pre_host, NULL);
+    run(&dev, device, &pre_dev, NULL);
     CHECK(n_sample_calls > 0 && n_rows_sampled > n_sample_calls); /* the device path ran, rows batched */
     CHECK(pre_host > 0);                                          /* preemption was exercised */
     CHECK_EQ_INT(pre_dev, pre_host);
@@ -150,6 +156,34 @@ static void test_device_sampling_path_draws_what_the_host_path_draws(void) {
         }
     }
     CHECK(n_tokens > 200);
+}
+
+static void test_logit_noise_acts_alike_on_either_path(void) {
+    sl_ops_t dev = *cpu;
+    dev.name = "fake-device";
+    dev.logits_device = dev_logits;
+    dev.sample = dev_sample;
+    faults_t *f = faults_new(1);
+    fault_spec_t spec_;
+    char err[256];
+    SL_ASSERT(fault_parse_spec("logit_noise:scale=3", &spec_, err, sizeof err) == 0);
+    faults_set(f, &spec_);
+    static result_t clean[N_REQS], host[N_REQS], device[N_REQS];
+    int64_t pre = 0;
+    run(cpu, clean, &pre, NULL);
+    run(cpu, host, &pre, f);
+    run(&dev, device, &pre, f);
+    int n_differ = 0;
+    for (int i = 0; i < N_REQS; i++) {
+        for (int k = 0; k < 4; k++) {
+            CHECK_EQ_INT(device[i].n[k], host[i].n[k]);
+            CHECK(memcmp(device[i].tokens[k], host[i].tokens[k], sizeof host[i].tokens[k]) == 0);
+            n_differ += memcmp(clean[i].tokens[k], host[i].tokens[k], sizeof host[i].tokens[k]) != 0;
+        }
+    }
+    CHECK(memcmp(clean[0].tokens[0], host[0].tokens[0], sizeof host[0].tokens[0]) != 0); /* greedy too */
+    CHECK(n_differ >= N_REQS);
+    faults_free(f);
 }
 
 /* ---- the draws ------------------------------------------------------------------ */
@@ -223,5 +257,6 @@ int main(void) {
     cpu = cpu_backend_init(1);
     RUN(test_device_sampling_path_draws_what_the_host_path_draws);
     RUN(test_rows_carry_the_requests_own_successive_draws);
+    RUN(test_logit_noise_acts_alike_on_either_path);
     return test_summary();
 }
