@@ -239,7 +239,7 @@ void diag_measure(const prom_snapshot_t *snaps, int n, double expected_inflight,
         snprintf(base, sizeof base, "%.*s", (int)(strlen(itl) - strlen("_count")), itl);
         latency(a, b, base, &m->v[DM_itl_p50], &m->v[DM_itl_p95], &m->v[DM_itl_mean]);
     }
-    latency(a, b, "vllm:e2e_request_latency_seconds", &m->v[DM_e2e_p50], &m->v[DM_e2e_p95], NULL);
+    latency(a, b, "vllm:e2e_request_latency_seconds", &m->v[DM_e2e_p50], &m->v[DM_e2e_p95], &m->v[DM_e2e_mean]);
     latency(a, b, "vllm:request_queue_time_seconds", NULL, NULL, &m->v[DM_queue_time_mean]);
     latency(a, b, "vllm:request_prefill_time_seconds", NULL, NULL, &m->v[DM_prefill_time_mean]);
     m->v[DM_queue_share_of_ttft] = ratio(counter_delta(a, b, "vllm:request_queue_time_seconds_sum", NULL, NULL),
@@ -482,20 +482,33 @@ static double r_low_prefix_reuse(rule_ctx_t *c) {
     return base >= 0.2 && hit <= base / 2 && ttft >= 1.2 ? base / fmax(hit, 0.01) / 2 : 0;
 }
 
-/* TTFT doubled without queueing and without slower decoding: prefill got
+/* A latency grew by `factor` against the baseline in both its median and
+ * its mean: the median is read from buckets (two values inside one bucket
+ * interpolate alike), the mean is exact but moved by outliers; together they
+ * say the bulk moved. Returns the smaller ratio. */
+static double both_grew(rule_ctx_t *c, diag_measure_t p50, diag_measure_t mean) {
+    double a = vs_base(c, p50), b = vs_base(c, mean);
+    return fmin(a, b); /* NAN when either is unknown: no rule fires on it */
+}
+
+/* TTFT doubled without queueing and without slower decoding, by at least a
+ * tenth of a request's whole latency (a change users see): prefill got
  * heavier (seed 004: "waiting ~ 0 but TTFT high: compute-bound prefill"). */
 static double r_prefill_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
-    double ttft = vs_base(c, DM_ttft_p50), itl = vs_base(c, DM_itl_p50), q = ev(c, DM_queue_share_of_ttft);
+    double ttft = both_grew(c, DM_ttft_p50, DM_ttft_mean), itl = vs_base(c, DM_itl_mean);
+    double q = ev(c, DM_queue_share_of_ttft);
+    double grew = M(c, DM_ttft_mean) - B(c, DM_ttft_mean), e2e = B(c, DM_e2e_mean);
+    ev(c, DM_e2e_mean);
     vs_base(c, DM_prompt_tokens_per_request);
-    return ttft >= 2 && !(q >= 0.5) && !(itl >= 1.5) ? ttft / 2 : 0;
+    return ttft >= 2 && grew >= 0.1 * e2e && !(q >= 0.5) && !(itl >= 1.5) ? ttft / 2 : 0;
 }
 
 /* ITL grew with a much larger batch: the throughput/latency knee (seed 000,
  * seed 004: "slow under load"). */
 static double r_batch_knee(rule_ctx_t *c) {
     if (!c->b) return 0;
-    double itl = vs_base(c, DM_itl_p50), run = vs_base(c, DM_running_mean);
+    double itl = both_grew(c, DM_itl_p50, DM_itl_mean), run = vs_base(c, DM_running_mean);
     return itl >= 1.5 && run >= 2 ? itl / 1.5 : 0;
 }
 
@@ -504,7 +517,7 @@ static double r_batch_knee(rule_ctx_t *c) {
  * "decode is bandwidth-bound"). */
 static double r_decode_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
-    double itl = vs_base(c, DM_itl_p50), run = vs_base(c, DM_running_mean);
+    double itl = both_grew(c, DM_itl_p50, DM_itl_mean), run = vs_base(c, DM_running_mean);
     vs_base(c, DM_ttft_p50);
     return itl >= 2 && !(run >= 2) ? itl / 2 : 0;
 }
@@ -527,9 +540,6 @@ static const rule_t rules[] = {
       "(seed 000)",
       "Back --gpu-memory-utilization off to 0.85-0.90 to leave room for activation spikes (seed 000)",
       "Set a hard max output tokens so a runaway generation cannot grow KV unbounded (seed 000)"}},
-    {"engine_errors", "requests end with engine errors", r_engine_errors, false,
-     {"Read the engine's ERROR lines for the failing requests (pass --log to see them here)",
-      "If the errors follow long prompts or high concurrency, treat them as memory pressure (see oom)"}},
     {"output_regression", "deterministic prompts no longer give the recorded outputs", r_output_regression, false,
      {"Compare what changed: model revision, tokenizer, chat template, generation config, quantization (seed 002)",
       "Render the prompt text and token ids and test the same input in a reference runtime (seed 002)",
@@ -560,6 +570,9 @@ static const rule_t rules[] = {
     {"preemption_storm", "running requests are preempted and recomputed", r_preemption_storm, false,
      {"Lower --max-num-seqs or --max-model-len so running sequences fit the KV cache (seed 002)",
       "Give the KV cache more memory (--gpu-memory-utilization) (seed 003)"}},
+    {"engine_errors", "requests end with engine errors", r_engine_errors, false,
+     {"Read the engine's ERROR lines for the failing requests (pass --log to see them here)",
+      "If the errors follow long prompts or high concurrency, treat them as memory pressure (see oom)"}},
     {"queueing", "requests wait for a slot: queue time is most of TTFT", r_queueing, false,
      {"Add capacity: more replicas or GPUs (seed 004)",
       "Cap concurrency per replica or rate-limit at the gateway (seed 000)",
