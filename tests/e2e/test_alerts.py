@@ -13,7 +13,7 @@ expressions changes (the test checks that these were the only edits). Cases:
                pool is large: requests wait for a sequence slot, not for memory)
   runaway      suppress_eos, requests that would stop early       -> VLLMRunawayGeneration only
   http_errors  http_error rate=50 (429s and 503s)                 -> VLLMHighErrorRate only
-  kv_pressure  80 KV blocks, 32 clients whose sequences grow to    -> VLLMKVCachePressure, and with
+  kv_pressure  160 KV blocks, 64 clients whose sequences grow to   -> VLLMKVCachePressure, and with
                7 blocks each                                         it VLLMPreemptions and
                                                                      VLLMQueueing (seed 004's
                                                                      "queueing issue" is waiting
@@ -215,7 +215,7 @@ def main():
         "queueing": (["--max-num-seqs", "2"], {"VLLMQueueing"}),
         "runaway": (["--max-num-seqs", "4"], {"VLLMRunawayGeneration"}),
         "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}),
-        "kv_pressure": (["--max-num-seqs", "32", "--num-gpu-blocks-override", "80", "--no-enable-prefix-caching"],
+        "kv_pressure": (["--max-num-seqs", "64", "--num-gpu-blocks-override", "160", "--no-enable-prefix-caching"],
                         {"VLLMKVCachePressure", "VLLMPreemptions", "VLLMQueueing"}),
     }
     if args.with_engine_stall:
@@ -269,7 +269,7 @@ def main():
                         finish[case][r] = finish[case].get(r, 0) + 1
 
         load = {"healthy": (2, short), "queueing": (8, short), "runaway": (2, short), "http_errors": (2, short),
-                "kv_pressure": (32, long), "engine_stall": (3, long)}
+                "kv_pressure": (64, long), "engine_stall": (3, long)}
         for case in servers:
             n, body = load[case]
             # The light cases pause between requests (they need finishing requests, not the CPU).
