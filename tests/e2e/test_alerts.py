@@ -18,8 +18,10 @@ expressions changes (the test checks that these were the only edits). Cases:
                                                                      VLLMQueueing (seed 004's
                                                                      "queueing issue" is waiting
                                                                      AND cache full)
+  slow_step    step_delay 20 s set while requests run: to rules   -> VLLMEngineStalled only
+               with 10 s windows, an engine that stopped stepping
   engine_stall engine_stall while requests run                    -> VLLMEngineStalled only
-               (only with --with-engine-stall)
+               (only with --with-engine-stall, until the fault is implemented)
 
 Requests end with finish_reason "stop" (a stop token id found by probing the greedy output), so
 that only the runaway case has a length share. Prometheus's /api/v1/alerts is polled every second
@@ -171,6 +173,15 @@ class Prometheus:
             self.proc.kill()
 
 
+def iso_seconds(stamp):
+    """Unix seconds of Prometheus's RFC 3339 timestamps (nanoseconds cut to microseconds)."""
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", stamp)
+    frac = float("0" + m.group(2)) if m.group(2) else 0.0
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    from datetime import datetime
+    return datetime.fromisoformat(m.group(1) + tz).timestamp() + frac
+
+
 def probe_stop_id(srv, prompt, max_tokens, min_tokens):
     """A token id that ends the greedy completion of `prompt` with "stop" after `min_tokens`
     tokens: candidates from the re-tokenized greedy text (not exactly the generated ids, hence
@@ -215,6 +226,7 @@ def main():
         "queueing": (["--max-num-seqs", "2"], {"VLLMQueueing"}),
         "runaway": (["--max-num-seqs", "4"], {"VLLMRunawayGeneration"}),
         "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}),
+        "slow_step": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}),
         "kv_pressure": (["--max-num-seqs", "64", "--num-gpu-blocks-override", "160", "--no-enable-prefix-caching"],
                         {"VLLMKVCachePressure", "VLLMPreemptions", "VLLMQueueing"}),
     }
@@ -269,7 +281,7 @@ def main():
                         finish[case][r] = finish[case].get(r, 0) + 1
 
         load = {"healthy": (2, short), "queueing": (8, short), "runaway": (2, short), "http_errors": (2, short),
-                "kv_pressure": (64, long), "engine_stall": (3, long)}
+                "kv_pressure": (64, long), "slow_step": (2, long), "engine_stall": (2, long)}
         for case in servers:
             n, body = load[case]
             # The light cases pause between requests (they need finishing requests, not the CPU).
@@ -279,8 +291,11 @@ def main():
                 t.start()
                 threads.append(t)
         t_load = time.time()
+        # Requests running first (the gauges are published after each step), then no more
+        # steps: a 20 s step outlasts the 10 s window plus the 3 s `for`.
+        time.sleep(1)
+        servers["slow_step"].fault("step_delay", ms=20000)
         if "engine_stall" in servers:
-            time.sleep(2)  # requests running first
             servers["engine_stall"].fault("engine_stall")
 
         by_instance = {s.instance: c for c, s in servers.items()}
@@ -291,7 +306,8 @@ def main():
                 case = by_instance.get(a["labels"].get("instance"))
                 if a["state"] == "firing" and case and a["labels"]["alertname"] not in fired[case]:
                     fired[case][a["labels"]["alertname"]] = now
-                    print(f"     {now:5.1f} s {case}: {a['labels']['alertname']} fires "
+                    print(f"     {now:5.1f} s {case}: {a['labels']['alertname']} fires, pending since "
+                          f"{iso_seconds(a['activeAt']) - t_load:.1f} s "
                           f"({a['annotations']['description'][:90]}...)", flush=True)
             done = all(set(fired[c]) >= cases[c][1] for c in servers)
             if now >= args.max_seconds or (done and now >= args.min_seconds):
@@ -341,6 +357,8 @@ def main():
         stop_load.set()
         if prom:
             prom.stop()
+        for s in servers.values():  # all at once: slow_step finishes its 20 s step first
+            s.proc.send_signal(signal.SIGTERM)
         for s in servers.values():
             s.stop()
         for t in threads:
