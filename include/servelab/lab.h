@@ -156,6 +156,11 @@ void faults_count(faults_t *f, fault_id_t id, int64_t n);
  * count runs out. */
 bool faults_http_error_draw(faults_t *f, int *status, const char **type, const char **message);
 
+/* tokenize_cost, for one request: burns `us` microseconds of this thread's CPU
+ * time (CLOCK_THREAD_CPUTIME_ID), re-hashing the n token ids (n may be 0) in a
+ * loop the compiler cannot remove; no sleep. Returns the hash. */
+uint64_t faults_burn_cpu(int64_t us, const int32_t *ids, int64_t n);
+
 /* The list GET /admin/faults answers: a malloc'd JSON object
  * {"faults":[{"name","description","symptom","active","injections","params":[...]}]} */
 char *faults_list_json(faults_t *f);

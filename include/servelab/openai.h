@@ -200,6 +200,18 @@ int oai_stream_event(oai_stream_t *s, int32_t prompt_idx, const engine_output_t 
 /* The include_usage event ("choices":[] and the totals), or NULL when the
  * request did not ask for it. Malloc'd. */
 char *oai_stream_usage(const oai_stream_t *s, size_t *len_out);
+/* The lab's stream_coalesce (docs/lab.md): from now on each choice's engine
+ * events are buffered and sent as one content event (their texts
+ * concatenated into one delta/text) every `tokens` tokens, and when the
+ * choice finishes. A request that asks for logprobs is not coalesced (its
+ * per-token entries do not merge into one delta). tokens < 2: off. */
+void oai_stream_set_coalesce(oai_stream_t *s, int32_t tokens);
+/* Appends the events still buffered by coalescing (a choice that ended
+ * without a finishing event); call before the usage event. */
+void oai_stream_flush(oai_stream_t *s, oai_chunks_t *out);
+/* Engine events merged away by coalescing since the last call (events in
+ * minus events out); resets the count. */
+int64_t oai_stream_take_coalesced(oai_stream_t *s);
 void oai_stream_free(oai_stream_t *s);
 
 /* ---- other bodies --------------------------------------------------------------------- */

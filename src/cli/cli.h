@@ -8,6 +8,7 @@ int cli_bench(int argc, char **argv);
 int cli_render(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_diagnose(int argc, char **argv);
 
 /* ---- argument helpers (args.c) ----------------------------------------------- */
 

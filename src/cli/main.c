@@ -6,6 +6,7 @@
  *   servelab bench serve|compare ...                the load generator (vllm bench serve)
  *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
  *   servelab eval perplexity MODEL_DIR --text FILE  perplexity, sliding window (eval.c)
+ *   servelab diagnose --url URL [--window 30s] ...  the playbooks' triage of a live server (diagnose.c)
  *
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
  * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
@@ -18,7 +19,7 @@
 #include "servelab/core.h"
 
 static const char *usage =
-    "usage: servelab {serve,generate,bench,render,eval} ...\n"
+    "usage: servelab {serve,generate,bench,render,eval,diagnose} ...\n"
     "  serve MODEL_DIR [--host H] [--port 8000] [--api-key KEY] [engine flags]   (--help for all)\n"
     "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
     "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
@@ -28,6 +29,7 @@ static const char *usage =
     "         [--json]\n"
     "  eval perplexity MODEL_DIR (--text FILE | --tokens FILE) [--max-model-len N] [--stride S]\n"
     "                  [engine flags]\n"
+    "  diagnose (--url URL | --prometheus URL) [--window 30s] [--baseline FILE] [--json] [...]\n"
     "  --version\n"
     "Run `servelab COMMAND --help` for a command's flags.\n";
 
@@ -45,7 +47,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);
     if (!strcmp(argv[1], "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "diagnose")) return cli_diagnose(argc - 1, argv + 1);
     cli_usage_error(usage,
-                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render', 'eval')",
+                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render', 'eval', 'diagnose')",
                     argv[1]);
 }

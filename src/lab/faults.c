@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "servelab/core.h"
 
@@ -462,6 +463,29 @@ bool faults_get(faults_t *f, fault_id_t id, fault_params_t *p, uint64_t *epoch, 
 
 void faults_count(faults_t *f, fault_id_t id, int64_t n) {
     if (f->injections_metric[id]) metric_inc(f->injections_metric[id], (double)n);
+}
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static volatile uint64_t burn_sink; /* the burn's result goes where it must be computed */
+
+uint64_t faults_burn_cpu(int64_t us, const int32_t *ids, int64_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t at = 0;
+    double until = thread_cpu_s() + (double)us * 1e-6;
+    do {
+        /* FNV-1a over the ids, round and round, 256 of them between clock reads. */
+        for (int k = 0; k < 256; k++, at = at + 1 < n ? at + 1 : 0) {
+            uint64_t v = n > 0 ? (uint64_t)(uint32_t)ids[at] : (uint64_t)k;
+            h = (h ^ v) * 0x100000001b3ull;
+        }
+    } while (thread_cpu_s() < until);
+    burn_sink = h;
+    return h;
 }
 
 static uint64_t splitmix64(uint64_t *state) {

@@ -60,6 +60,15 @@ void http_watch_stream(http_req_t *r, engine_stream_t *st) {
     engine_stream_set_notify(st, conn_notify, r);
 }
 
+void http_wake_at(http_req_t *r, double at) {
+    server_t *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    if (r->wake_at == 0) s->n_timed++;
+    r->wake_at = at;
+    pthread_cond_broadcast(&s->cv); /* the ticker may have to wake sooner */
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Waits on s->cv (s->mu held) for at most `seconds`. */
 static void ticker_wait(server_t *s, double seconds) {
     struct timespec ts;
@@ -71,16 +80,29 @@ static void ticker_wait(server_t *s, double seconds) {
 }
 
 /* Every keepalive_s: wakes each parked request (SSE comment, disconnect check).
- * Every http_conns_period_s: enforces the request head and body deadlines. */
+ * Every http_conns_period_s: enforces the request head and body deadlines.
+ * At each request's wake_at (http_wake_at): resumes it; the live list is only
+ * walked for that while some request has one (n_timed). */
 static void *ticker_main(void *arg) {
     server_t *s = arg;
     double period_s = http_conns_period_s(&s->cfg);
     double next_tick = sl_now_s() + s->cfg.keepalive_s, next_enforce = sl_now_s() + period_s;
     pthread_mutex_lock(&s->mu);
     while (!s->ticker_stop) {
-        ticker_wait(s, (next_tick < next_enforce ? next_tick : next_enforce) - sl_now_s());
+        double next = next_tick < next_enforce ? next_tick : next_enforce;
+        if (s->n_timed > 0)
+            for (http_req_t *r = s->live; r; r = r->next)
+                if (r->wake_at > 0 && r->wake_at < next) next = r->wake_at;
+        ticker_wait(s, next - sl_now_s());
         if (s->ticker_stop) break;
         double now = sl_now_s();
+        if (s->n_timed > 0)
+            for (http_req_t *r = s->live; r; r = r->next)
+                if (r->wake_at > 0 && r->wake_at <= now) {
+                    r->wake_at = 0;
+                    s->n_timed--;
+                    wake(r, false);
+                }
         if (now >= next_enforce) {
             pthread_mutex_unlock(&s->mu);
             http_conns_enforce(s);
@@ -191,6 +213,7 @@ static void req_free(http_req_t *r) {
     if (r->prev) r->prev->next = r->next;
     else s->live = r->next;
     if (r->next) r->next->prev = r->prev;
+    if (r->wake_at > 0) s->n_timed--;
     s->n_inflight--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);

@@ -45,6 +45,7 @@ typedef struct http_req {
     /* Parking: guarded by mu. */
     pthread_mutex_t mu;
     bool suspended, pending, tick;
+    double wake_at;                 /* sl_now_s() the ticker resumes it at (0: none); guarded by srv->mu */
     /* SSE output (MHD thread only). */
     char *out;
     size_t out_len, out_off, out_cap;
@@ -64,6 +65,7 @@ struct server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool ticker_stop;
+    int64_t n_timed;                /* live requests with a wake_at (guarded by mu) */
     bool stopping;
     http_req_t *live;
     int64_t n_inflight;
@@ -78,6 +80,9 @@ struct server {
 /* http.c */
 bool http_park(http_req_t *r);
 void http_watch_stream(http_req_t *r, engine_stream_t *st);
+/* Has the ticker resume r (as an engine event would) at sl_now_s() `at`,
+ * replacing an earlier time; for a parked SSE reader that must wait. */
+void http_wake_at(http_req_t *r, double at);
 enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content_type, const char *body,
                              size_t len, const char *extra_header, const char *extra_value);
 enum MHD_Result http_start_sse(http_req_t *r);

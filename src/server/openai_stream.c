@@ -6,6 +6,8 @@
  * chat request produces one role event per choice before any content, never
  * earlier (clients time TTFT on it). Events that carry nothing (no text, no
  * token, nothing sent yet for the choice) are skipped, as vLLM skips them.
+ * The lab's stream_coalesce buffers a choice's events and sends them as one
+ * event with the texts concatenated (oai_stream_set_coalesce).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,11 @@ typedef struct {
     int32_t n_tokens;    /* tokens sent so far */
     bool echoed;         /* completions: the prompt went out with the first event */
     bool finished;
+    /* stream_coalesce: events buffered for this choice, not yet sent. */
+    oai_sb_t held_text;  /* their texts, concatenated */
+    int32_t held_events, held_tokens;
+    int32_t held_prompt; /* the prompt they belong to */
+    engine_output_t held_last; /* the latest one (text unset): token, finish, stop */
 } stream_choice_t;
 
 struct oai_stream {
@@ -27,6 +34,8 @@ struct oai_stream {
     bool started;        /* chat: role events sent */
     int32_t n_choices;
     stream_choice_t *ch;
+    int32_t coalesce;    /* stream_coalesce's tokens per event (0: off) */
+    int64_t n_coalesced; /* events merged away, not yet taken */
 };
 
 oai_stream_t *oai_stream_new(const oai_ctx_t *ctx, const oai_request_t *req, const char *id, int64_t created) {
@@ -42,6 +51,7 @@ oai_stream_t *oai_stream_new(const oai_ctx_t *ctx, const oai_request_t *req, con
 
 void oai_stream_free(oai_stream_t *s) {
     if (!s) return;
+    for (int32_t i = 0; i < s->n_choices; i++) free(s->ch[i].held_text.buf);
     free(s->id);
     free(s->ch);
     free(s);
@@ -156,6 +166,45 @@ static void completion_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, con
     push(out, &b);
 }
 
+static void emit(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o, oai_chunks_t *out) {
+    if (s->req->kind == OAI_CHAT) {
+        s->ch[i].n_tokens += o->n_new;
+        chat_event(s, i, o, out);
+    } else {
+        completion_event(s, prompt_idx, i, o, out);
+    }
+}
+
+/* Sends choice i's buffered events as one: the latest event's token, finish
+ * and stop, with every buffered text and token. */
+static void flush_choice(oai_stream_t *s, int32_t i, oai_chunks_t *out) {
+    stream_choice_t *c = &s->ch[i];
+    if (c->held_events == 0) return;
+    engine_output_t o = c->held_last;
+    o.text = c->held_text.buf ? c->held_text.buf : "";
+    o.text_len = c->held_text.len;
+    o.n_new = c->held_tokens;
+    s->n_coalesced += c->held_events - 1;
+    c->held_events = c->held_tokens = 0;
+    emit(s, c->held_prompt, i, &o, out);
+    c->held_text.len = 0;
+}
+
+/* stream_coalesce: buffers o; sends the buffer once it holds `coalesce`
+ * tokens or o finishes the choice. */
+static void coalesce_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o,
+                           oai_chunks_t *out) {
+    stream_choice_t *c = &s->ch[i];
+    sb_put(&c->held_text, o->text ? o->text : "", o->text ? o->text_len : 0);
+    c->held_last = *o;
+    c->held_last.text = NULL;
+    c->held_last.next = NULL;
+    c->held_prompt = prompt_idx;
+    c->held_events++;
+    c->held_tokens += o->n_new;
+    if (c->held_tokens >= s->coalesce || o->finish != FINISH_NONE) flush_choice(s, i, out);
+}
+
 int oai_stream_event(oai_stream_t *s, int32_t prompt_idx, const engine_output_t *o, oai_chunks_t *out) {
     const oai_request_t *r = s->req;
     int32_t before = out->n;
@@ -168,15 +217,27 @@ int oai_stream_event(oai_stream_t *s, int32_t prompt_idx, const engine_output_t 
     }
     if (c->finished) return out->n - before;
     bool has_text = o->text_len > 0 || (r->echo && !c->echoed && r->prompts[prompt_idx].text_len > 0);
-    if (!has_text && o->n_new == 0 && c->n_tokens == 0) return out->n - before; /* nothing to say yet */
+    /* nothing to say yet (a choice with buffered events has said something) */
+    if (!has_text && o->n_new == 0 && c->n_tokens == 0 && c->held_events == 0) return out->n - before;
     if (o->finish != FINISH_NONE) c->finished = true;
-    if (r->kind == OAI_CHAT) {
-        c->n_tokens += o->n_new;
-        chat_event(s, i, o, out);
-    } else {
-        completion_event(s, prompt_idx, i, o, out);
-    }
+    if (s->coalesce) coalesce_event(s, prompt_idx, i, o, out);
+    else emit(s, prompt_idx, i, o, out);
     return out->n - before;
+}
+
+void oai_stream_set_coalesce(oai_stream_t *s, int32_t tokens) {
+    bool logprobs = s->req->kind == OAI_CHAT ? s->req->chat_logprobs : s->req->params.logprobs >= 0;
+    s->coalesce = tokens >= 2 && !logprobs ? tokens : 0;
+}
+
+void oai_stream_flush(oai_stream_t *s, oai_chunks_t *out) {
+    for (int32_t i = 0; i < s->n_choices; i++) flush_choice(s, i, out);
+}
+
+int64_t oai_stream_take_coalesced(oai_stream_t *s) {
+    int64_t n = s->n_coalesced;
+    s->n_coalesced = 0;
+    return n;
 }
 
 char *oai_stream_usage(const oai_stream_t *s, size_t *len_out) {

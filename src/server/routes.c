@@ -7,6 +7,10 @@
  * its 405 with an Allow header. A completions request with a
  * list of prompts submits one engine stream per prompt; their events are
  * merged into one response (choice index = prompt * n + i, as vLLM).
+ * The lab's server-side faults act here (docs/lab.md): http_error before a
+ * request is parsed, tokenize_cost after its prompt is tokenized, and
+ * stream_delay / stream_coalesce on its SSE events; one faults_mask() load per
+ * POST request decides whether any of them looks further.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -45,6 +49,14 @@ typedef struct route_job {
     char *log_id;                   /* the same, escaped for log lines (http_log_escape) */
     int64_t created;                /* unix seconds when the request was handled, as vLLM */
     bool finished;
+    bool fed;                       /* streaming: every event, the usage and [DONE] framed */
+    /* The lab's stream faults, read once when the stream starts. */
+    bool coalesce;                  /* stream_coalesce: oai_stream merges events */
+    int64_t delay_ms;               /* stream_delay: each SSE event held this long (0: off) */
+    char **held;                    /* stream_delay: (n_held) framed events, [held_next, n_held) unsent */
+    size_t *held_len;               /* (n_held) */
+    int32_t n_held, cap_held, held_next;
+    double release_s;               /* sl_now_s() when held[held_next] may go (0: not yet timed) */
 } route_job_t;
 
 static uint64_t next_rand(struct routes_state *rs) {
@@ -174,6 +186,9 @@ static void job_free(struct server *s, route_job_t *j, bool aborted) {
     free(j->stream_done);
     if (j->acc) oai_acc_free(j->acc);
     if (j->ost) oai_stream_free(j->ost);
+    for (int32_t i = j->held_next; i < j->n_held; i++) free(j->held[i]);
+    free(j->held);
+    free(j->held_len);
     oai_chunks_free(&j->chunks);
     oai_request_free(&j->req);
     free(j->id);
@@ -245,31 +260,106 @@ static enum MHD_Result job_continue(http_req_t *r) {
     }
 }
 
+/* One SSE event, framed: onto r->out, or under stream_delay to the back of
+ * the held queue. */
+static void sse_event(http_req_t *r, route_job_t *j, const char *json, size_t len) {
+    if (!j->delay_ms) {
+        http_out_append(r, "data: ", 6);
+        http_out_append(r, json, len);
+        http_out_append(r, "\n\n", 2);
+        return;
+    }
+    if (j->n_held == j->cap_held) {
+        j->cap_held = j->cap_held ? 2 * j->cap_held : 16;
+        j->held = sl_realloc(j->held, (size_t)j->cap_held * sizeof *j->held);
+        j->held_len = sl_realloc(j->held_len, (size_t)j->cap_held * sizeof *j->held_len);
+    }
+    char *e = sl_malloc(len + 8);
+    memcpy(e, "data: ", 6);
+    memcpy(e + 6, json, len);
+    memcpy(e + 6 + len, "\n\n", 2);
+    j->held[j->n_held] = e;
+    j->held_len[j->n_held++] = len + 8;
+}
+
+/* stream_delay: a slow link between the engine and the client. The event at
+ * the front of the queue goes out `delay_ms` after it reached the front (after
+ * the one before it went, or after it arrived when the queue was empty), one
+ * event at a time; until then the connection is parked and the ticker resumes
+ * it at that time (http_wake_at), so no thread waits on it. */
+static void release_held(http_req_t *r, route_job_t *j) {
+    if (j->held_next == j->n_held) return;
+    double now = sl_now_s();
+    if (j->release_s == 0) j->release_s = now + (double)j->delay_ms * 1e-3;
+    if (now < j->release_s) {
+        http_wake_at(r, j->release_s);
+        return;
+    }
+    http_out_append(r, j->held[j->held_next], j->held_len[j->held_next]);
+    free(j->held[j->held_next++]);
+    j->release_s = 0;
+    if (j->held_next == j->n_held) j->n_held = j->held_next = 0;
+    faults_count(r->srv->cfg.faults, FAULT_STREAM_DELAY, 1);
+}
+
 void routes_stream_fill(http_req_t *r) {
     route_job_t *j = r->job;
     if (!j) {
         r->sse_finished = true;
         return;
     }
-    bool done = drain(r, j);
-    for (int32_t k = 0; k < j->chunks.n; k++) {
-        http_out_append(r, "data: ", 6);
-        http_out_append(r, j->chunks.json[k], j->chunks.len[k]);
-        http_out_append(r, "\n\n", 2);
+    if (!j->fed) {
+        bool done = drain(r, j);
+        if (j->coalesce) {
+            if (done) oai_stream_flush(j->ost, &j->chunks);
+            int64_t merged = oai_stream_take_coalesced(j->ost);
+            if (merged > 0) faults_count(r->srv->cfg.faults, FAULT_STREAM_COALESCE, merged);
+        }
+        for (int32_t k = 0; k < j->chunks.n; k++) sse_event(r, j, j->chunks.json[k], j->chunks.len[k]);
+        oai_chunks_clear(&j->chunks);
+        if (done) {
+            j->finished = true;
+            j->fed = true;
+            size_t len;
+            char *usage = oai_stream_usage(j->ost, &len);
+            if (usage) sse_event(r, j, usage, len);
+            free(usage);
+            sse_event(r, j, "[DONE]", 6);
+        }
     }
-    oai_chunks_clear(&j->chunks);
-    if (!done) return;
-    j->finished = true;
-    size_t len;
-    char *usage = oai_stream_usage(j->ost, &len);
-    if (usage) {
-        http_out_append(r, "data: ", 6);
-        http_out_append(r, usage, len);
-        http_out_append(r, "\n\n", 2);
-        free(usage);
+    if (j->delay_ms) release_held(r, j);
+    if (j->fed && j->held_next == j->n_held) r->sse_finished = true;
+}
+
+/* stream_delay and stream_coalesce, read once when a stream starts: a change
+ * applies to the streams that start after it. */
+static void stream_faults(http_req_t *r, route_job_t *j, uint32_t lab) {
+    faults_t *f = r->srv->cfg.faults;
+    fault_params_t p;
+    if ((lab & FAULT_BIT(FAULT_STREAM_COALESCE)) && faults_get(f, FAULT_STREAM_COALESCE, &p, NULL, NULL)) {
+        oai_stream_set_coalesce(j->ost, (int32_t)p.tokens);
+        j->coalesce = true;
     }
-    http_out_append(r, "data: [DONE]\n\n", 14);
-    r->sse_finished = true;
+    if ((lab & FAULT_BIT(FAULT_STREAM_DELAY)) && faults_get(f, FAULT_STREAM_DELAY, &p, NULL, NULL))
+        j->delay_ms = p.ms;
+}
+
+/* tokenize_cost: real CPU work per prompt token, on the MHD worker thread that
+ * has just tokenized the prompt, so the request reaches the engine that much
+ * later (TTFT, counted from arrival, grows) and process_cpu_seconds_total
+ * moves. MHD's pool (n_threads workers, 2 by default) serves each connection on
+ * one worker: while it burns, the other connections of that worker wait, as
+ * behind a busy tokenizer, and those of the other workers go on. */
+static void tokenize_cost(http_req_t *r, const oai_request_t *req) {
+    faults_t *f = r->srv->cfg.faults;
+    fault_params_t p;
+    if (!faults_get(f, FAULT_TOKENIZE_COST, &p, NULL, NULL)) return;
+    int64_t n = 0;
+    for (int32_t i = 0; i < req->n_prompts; i++) {
+        faults_burn_cpu(p.us_per_token * req->prompts[i].n_ids, req->prompts[i].ids, req->prompts[i].n_ids);
+        n += req->prompts[i].n_ids;
+    }
+    faults_count(f, FAULT_TOKENIZE_COST, n);
 }
 
 /* The job's ids. An X-Request-Id header is read as vLLM reads it (latin-1, so
@@ -287,7 +377,8 @@ static void response_ids(http_req_t *r, route_job_t *j, oai_kind_t kind) {
     if (xid && *xid && http_request_id_echo_ok(xid)) r->request_id = xid; /* MHD's copy lives as long as r */
 }
 
-static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
+/* `lab`: the faults' mask, loaded once for this request. */
+static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind, uint32_t lab) {
     double t_arrival = sl_now_s(); /* vLLM's arrival: before parsing and tokenization */
     struct server *s = r->srv;
     struct routes_state *rs = s->routes;
@@ -297,6 +388,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
         job_free(s, j, false);
         return respond_oai_error(r, &e, NULL, NULL);
     }
+    if ((lab & FAULT_BIT(FAULT_TOKENIZE_COST)) && kind != OAI_DETOKENIZE) tokenize_cost(r, &j->req);
     char *ignored = oai_ignored_fields_message(&j->req);
     if (ignored) {
         LOG_WARNING("%s", ignored);
@@ -347,6 +439,7 @@ static enum MHD_Result start_job(http_req_t *r, oai_kind_t kind) {
     if (s->cfg.log_requests) LOG_INFO("Added request %s.", j->log_id);
     if (j->is_stream) {
         j->ost = oai_stream_new(&rs->ctx, &j->req, j->id, j->created);
+        if (lab) stream_faults(r, j, lab);
         return http_start_sse(r);
     }
     j->acc = oai_acc_new(&j->req);
@@ -391,11 +484,11 @@ static enum MHD_Result admin_faults(http_req_t *r) {
 }
 
 /* http_error (lab): a POST request under /v1/ failed before it reaches the engine. */
-static bool inject_http_error(http_req_t *r, enum MHD_Result *ret) {
+static bool inject_http_error(http_req_t *r, uint32_t lab, enum MHD_Result *ret) {
     faults_t *f = r->srv->cfg.faults;
     int status;
     const char *type, *message;
-    if (!(faults_mask(f) & FAULT_BIT(FAULT_HTTP_ERROR)) || !faults_http_error_draw(f, &status, &type, &message))
+    if (!(lab & FAULT_BIT(FAULT_HTTP_ERROR)) || !faults_http_error_draw(f, &status, &type, &message))
         return false;
     *ret = routes_error(r, (unsigned)status, type, message, NULL);
     return true;
@@ -461,8 +554,9 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         if (strcmp(url, posts[i].path) != 0) continue;
         if (!post) return method_not_allowed(r, "POST");
         enum MHD_Result ret;
-        if (!strncmp(url, "/v1/", 4) && inject_http_error(r, &ret)) return ret;
-        return start_job(r, posts[i].kind);
+        uint32_t lab = faults_mask(s->cfg.faults); /* the lab's one look per request */
+        if (!strncmp(url, "/v1/", 4) && inject_http_error(r, lab, &ret)) return ret;
+        return start_job(r, posts[i].kind, lab);
     }
     if (s->cfg.enable_fault_injection && (!strcmp(url, "/admin/faults") || !strncmp(url, "/admin/faults/", 14)))
         return admin_faults(r);

@@ -3,13 +3,18 @@
 the admin API's guards (404 without --enable-fault-injection, 401 without the admin key, the API
 key refused as one), its list, step_delay slowing real completions (and nothing left once
 cleared), suppress_eos running past stop_token_ids to max_tokens, http_error's counted 429s,
-400s listing the valid names, --fault at startup and its precise errors."""
+400s listing the valid names, --fault at startup and its precise errors; the server-side faults:
+tokenize_cost's real CPU time and TTFT, stream_delay's slow stream beside a healthy ITL,
+stream_coalesce's fewer events with the same text, finish_reason and usage."""
 import argparse
+import http.client
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +46,45 @@ def metric(srv, name, fault):
     m = re.search(r'^%s\{fault="%s"\} (\S+)$' % (re.escape(name), fault), b.decode(), re.M)
     assert m, f"{name}{{fault={fault}}} missing"
     return float(m.group(1))
+
+
+def series(srv, name):
+    """The sum of every sample of `name` (all its labels) on /metrics."""
+    st, _, b = raw(srv.base, "GET", "/metrics")
+    assert st == 200
+    vals = re.findall(r'^%s(?:\{[^}]*\})? (\S+)$' % re.escape(name), b.decode(), re.M)
+    assert vals, f"{name} missing"
+    return sum(float(v) for v in vals)
+
+
+def stream(srv, path, body):
+    """A streamed request: (seconds until [DONE], [(seconds, parsed event or "[DONE]")])."""
+    host, port = srv.base[len("http://"):].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=120)
+    t0 = time.monotonic()
+    c.request("POST", path, json.dumps({"model": NAME, "temperature": 0, "stream": True, **body}),
+              {"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    resp = c.getresponse()
+    assert resp.status == 200, resp.read()
+    events = []
+    for line in resp:
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        data = line[len("data: "):]
+        events.append((time.monotonic() - t0, data if data == "[DONE]" else json.loads(data)))
+        if data == "[DONE]":
+            break
+    c.close()
+    return time.monotonic() - t0, events
+
+
+def content(events, chat):
+    """The events that carry a choice's tokens (chat: not the role event), and their text joined."""
+    out = [e for _, e in events if e != "[DONE]" and e["choices"] and
+           not (chat and "role" in e["choices"][0]["delta"])]
+    text = "".join(e["choices"][0]["delta"].get("content", "") if chat else e["choices"][0]["text"] for e in out)
+    return out, text
 
 
 def check(cond, msg):
@@ -146,6 +190,8 @@ def test_lab(a):
         check(metric(srv, "servelab:fault_injections_total", "http_error") == 2, "injections_total counts 2")
         check(metric(srv, "servelab:fault_active", "http_error") == 0, "the counted fault cleared itself")
 
+        test_server_faults(srv)
+
         # DELETE /admin/faults clears every fault.
         admin(srv, "POST", body={"name": "suppress_eos"})
         admin(srv, "POST", body={"name": "http_error", "params": {"rate": 0}})
@@ -156,6 +202,98 @@ def test_lab(a):
               "each change logged")
     finally:
         srv.stop()
+
+
+def test_server_faults(srv):
+    # tokenize_cost: CPU time and TTFT grow by the prompt's tokens x us_per_token, then back.
+    prompt, us = "hello world " * 70, 2000
+
+    def long_prompt():
+        cpu0, ttft0 = series(srv, "process_cpu_seconds_total"), series(srv, "vllm:time_to_first_token_seconds_sum")
+        st, body, t = complete(srv, 1, prompt=prompt)
+        assert st == 200, body
+        return (body["usage"]["prompt_tokens"], series(srv, "process_cpu_seconds_total") - cpu0,
+                series(srv, "vllm:time_to_first_token_seconds_sum") - ttft0, t)
+    long_prompt()  # warm
+    n, cpu_base, ttft_base, t_base = long_prompt()
+    check(admin(srv, "POST", body={"name": "tokenize_cost", "params": {"us_per_token": us}})[0] == 200,
+          f"tokenize_cost us_per_token={us} set")
+    inj0 = metric(srv, "servelab:fault_injections_total", "tokenize_cost")
+    n, cpu, ttft, t = long_prompt()
+    want = n * us * 1e-6
+    check(cpu >= 0.7 * want, f"process CPU grew {cpu:.3f} s for {n} prompt tokens (>= 70% of {want:.3f} s; "
+          f"{cpu_base:.3f} s without)")
+    check(t - t_base >= 0.7 * want and ttft - ttft_base >= 0.7 * want,
+          f"latency and TTFT grew ({t_base:.3f} -> {t:.3f} s, TTFT {ttft_base:.3f} -> {ttft:.3f} s)")
+    check(metric(srv, "servelab:fault_injections_total", "tokenize_cost") - inj0 == n,
+          f"injections_total counts the {n} prompt tokens charged")
+    admin(srv, "DELETE", "/admin/faults/tokenize_cost")
+    n, cpu, ttft, t = long_prompt()
+    check(cpu < 0.35 * want and t < t_base + 0.35 * want,
+          f"cleared: CPU {cpu:.3f} s, latency {t:.3f} s, as before ({cpu_base:.3f} s, {t_base:.3f} s)")
+
+    # stream_delay: each event held ms at the client while the engine's ITL stays healthy.
+    n, ms = 8, 150
+    body = {"prompt": "hello world", "max_tokens": n}
+    t_base, _ = stream(srv, "/v1/completions", body)
+    check(admin(srv, "POST", body={"name": "stream_delay", "params": {"ms": ms}})[0] == 200, f"stream_delay ms={ms} set")
+    itl_s0, itl_n0 = series(srv, "vllm:inter_token_latency_seconds_sum"), series(srv, "vllm:inter_token_latency_seconds_count")
+    inj0 = metric(srv, "servelab:fault_injections_total", "stream_delay")
+    t, events = stream(srv, "/v1/completions", body)
+    itl_n = series(srv, "vllm:inter_token_latency_seconds_count") - itl_n0
+    itl = (series(srv, "vllm:inter_token_latency_seconds_sum") - itl_s0) / max(itl_n, 1)
+    check(len(content(events, False)[0]) == n and t >= n * ms * 1e-3,
+          f"a stream of {n} tokens takes {t:.3f} s at the client (>= {n} x {ms} ms; {t_base:.3f} s without)")
+    check(itl_n >= n - 1 and itl < 0.25 * ms * 1e-3, f"the server's ITL stays healthy ({itl * 1e3:.1f} ms per token)")
+    check(metric(srv, "servelab:fault_injections_total", "stream_delay") - inj0 == len(events),
+          f"injections_total counts the {len(events)} held events")
+    # Held events park their connections: three delayed streams at once take one stream's time, and a
+    # non-streaming request beside them is not held.
+    results, t0 = [], time.monotonic()
+    threads = [threading.Thread(target=lambda: results.append(stream(srv, "/v1/completions", body)[0]))
+               for _ in range(3)]
+    for th in threads:
+        th.start()
+    time.sleep(0.2)
+    st, _, t_plain = complete(srv, n)
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t0
+    check(len(results) == 3 and min(results) >= n * ms * 1e-3 and wall < 2 * n * ms * 1e-3,
+          f"three delayed streams at once take {wall:.3f} s in all, not three times one")
+    check(st == 200 and t_plain < 0.5, f"a non-streaming request beside them is not held ({t_plain:.3f} s)")
+    admin(srv, "DELETE", "/admin/faults/stream_delay")
+    t, events = stream(srv, "/v1/completions", body)
+    check(t < n * ms * 1e-3 / 2, f"cleared: the stream is fast again ({t:.3f} s)")
+
+    # stream_coalesce: ceil(n / tokens) events with the same text, finish_reason and usage.
+    n, k = 10, 3
+    for path, chat, req in [("/v1/completions", False, {"prompt": "hello world"}),
+                            ("/v1/chat/completions", True, {"messages": [{"role": "user", "content": "hi"}]})]:
+        body = {**req, "max_tokens": n, "stream_options": {"include_usage": True}}
+        _, base = stream(srv, path, body)
+        base_ev, base_text = content(base, chat)
+        check(len(base_ev) == n, f"{path}: one event per token without the fault ({len(base_ev)})")
+        check(admin(srv, "POST", body={"name": "stream_coalesce", "params": {"tokens": k}})[0] == 200,
+              f"stream_coalesce tokens={k} set")
+        inj0 = metric(srv, "servelab:fault_injections_total", "stream_coalesce")
+        _, got = stream(srv, path, body)
+        ev, text = content(got, chat)
+        check(len(ev) == math.ceil(n / k) and text == base_text,
+              f"{path}: {len(ev)} events (ceil({n}/{k})) whose text equals the uncoalesced stream's")
+        check(ev[-1]["choices"][0]["finish_reason"] == base_ev[-1]["choices"][0]["finish_reason"] == "length" and
+              all(e["choices"][0]["finish_reason"] is None for e in ev[:-1]), f"{path}: finish_reason intact")
+        check(got[-2][1]["usage"] == base[-2][1]["usage"] and got[-2][1]["usage"]["completion_tokens"] == n and
+              got[-1][1] == "[DONE]", f"{path}: the usage event and [DONE] intact")
+        if chat:
+            check(sum(1 for _, e in got if e != "[DONE]" and e["choices"] and "role" in e["choices"][0]["delta"]) == 1,
+                  f"{path}: one role event first")
+        check(metric(srv, "servelab:fault_injections_total", "stream_coalesce") - inj0 == n - len(ev),
+              f"injections_total counts the {n - len(ev)} events merged away")
+        admin(srv, "DELETE", "/admin/faults/stream_coalesce")
+        _, after = stream(srv, path, body)
+        ev, text = content(after, chat)
+        check(len(ev) == n and text == base_text, f"{path}: cleared: one event per token again")
 
 
 def test_startup_fault(a):

@@ -3,7 +3,9 @@
  * that list the valid names, and the live state (set, clear without residue,
  * http_error's counted and seeded draws, the metrics).
  */
+#define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <time.h>
 
 #include "servelab/lab.h"
 #include "test.h"
@@ -248,6 +250,25 @@ static void test_get_reports_params_epoch_and_time(void) {
     faults_free(f);
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* tokenize_cost's work is this thread's CPU time, not a sleep, with or without ids. */
+static void test_burn_cpu_spends_thread_cpu_time(void) {
+    int32_t ids[] = {5, 17, 1023, 2};
+    double t0 = thread_cpu_s();
+    uint64_t a = faults_burn_cpu(30000, ids, 4);
+    double spent = thread_cpu_s() - t0;
+    CHECK(spent >= 0.030 && spent < 0.5);
+    t0 = thread_cpu_s();
+    faults_burn_cpu(10000, NULL, 0);
+    CHECK(thread_cpu_s() - t0 >= 0.010);
+    CHECK(a != 0);
+}
+
 int main(void) {
     RUN(test_parse_step_delay_with_ms);
     RUN(test_parse_suppress_eos_takes_no_params);
@@ -262,5 +283,6 @@ int main(void) {
     RUN(test_new_faults_parse_with_their_units_and_defaults);
     RUN(test_spec_from_json_validates_like_the_flag);
     RUN(test_get_reports_params_epoch_and_time);
+    RUN(test_burn_cpu_spends_thread_cpu_time);
     return test_summary();
 }

@@ -1018,6 +1018,61 @@ static void test_completion_stream_sequence(void) {
     oai_request_free(&r);
 }
 
+/* The lab's stream_coalesce: every 2 tokens one event with the texts joined, the
+ * finishing batch with its finish_reason, usage unchanged; flush sends a batch
+ * left by a choice that ended without a finishing event. */
+static void test_stream_coalesce_joins_events(void) {
+    oai_ctx_t c = fake_ctx(64);
+    oai_request_t r;
+    oai_error_t e;
+    CHECK_EQ_INT(parse(&c, OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"stream\":true,"
+                                     "\"stream_options\":{\"include_usage\":true},\"stop\":[\"!\"]}", &r, &e), 0);
+    oai_stream_t *s = oai_stream_new(&c, &r, "chatcmpl-s", 7);
+    oai_stream_set_coalesce(s, 2);
+    oai_chunks_t out = {0};
+    engine_output_t o1 = ev(0, 'H' + 3, "H", FINISH_NONE), o2 = ev(0, 'i' + 3, "i", FINISH_NONE),
+                    o3 = ev(0, '!' + 3, "", FINISH_STOP);
+    o3.stop_index = 0;
+    CHECK_EQ_INT(oai_stream_event(s, 0, &o1, &out), 1); /* the role event; H is held */
+    CHECK_EQ_INT(oai_stream_event(s, 0, &o2, &out), 1);
+    CHECK_EQ_INT(oai_stream_event(s, 0, &o3, &out), 1);
+    const char *want[] = {
+        HEAD "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}",
+        HEAD "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"logprobs\":null,\"finish_reason\":null}]}",
+        HEAD "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":\"!\"}]}",
+    };
+    check_chunks(&out, want, 3);
+    CHECK_EQ_INT(oai_stream_take_coalesced(s), 1);
+    CHECK_EQ_INT(oai_stream_take_coalesced(s), 0);
+    char *u = oai_stream_usage(s, NULL);
+    CHECK_STR(u, HEAD "\"choices\":[],\"usage\":{\"prompt_tokens\":23,\"total_tokens\":26,\"completion_tokens\":3}}");
+    free(u);
+    oai_chunks_free(&out);
+    oai_stream_free(s);
+    oai_request_free(&r);
+
+    CHECK_EQ_INT(parse(&c, OAI_COMPLETION, "{\"prompt\":\"Q\",\"stream\":true,\"echo\":true,\"max_tokens\":4}", &r, &e), 0);
+    s = oai_stream_new(&c, &r, "cmpl-s", 9);
+    oai_stream_set_coalesce(s, 2);
+    engine_output_t a = ev(0, 'A' + 3, "A", FINISH_NONE), b = ev(0, 'B' + 3, "B", FINISH_NONE),
+                    d = ev(0, 'C' + 3, "C", FINISH_NONE);
+    CHECK_EQ_INT(oai_stream_event(s, 0, &a, &out), 0);
+    CHECK_EQ_INT(oai_stream_event(s, 0, &b, &out), 1);
+    CHECK_EQ_INT(oai_stream_event(s, 0, &d, &out), 0);
+    oai_stream_flush(s, &out);
+    const char *want2[] = {
+        "{\"id\":\"cmpl-s\",\"object\":\"text_completion\",\"created\":9,\"model\":\"tiny\",\"choices\":[{\"index\":0,"
+        "\"text\":\"QAB\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}",
+        "{\"id\":\"cmpl-s\",\"object\":\"text_completion\",\"created\":9,\"model\":\"tiny\",\"choices\":[{\"index\":0,"
+        "\"text\":\"C\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}",
+    };
+    check_chunks(&out, want2, 2);
+    CHECK_EQ_INT(oai_stream_take_coalesced(s), 1);
+    oai_chunks_free(&out);
+    oai_stream_free(s);
+    oai_request_free(&r);
+}
+
 static void test_completion_stream_logprobs_and_usage(void) {
     oai_ctx_t c = fake_ctx(64);
     oai_request_t r;
@@ -1125,6 +1180,7 @@ int main(void) {
     RUN(test_chat_stream_sequence);
     RUN(test_chat_stream_n2_continuous_usage);
     RUN(test_completion_stream_sequence);
+    RUN(test_stream_coalesce_joins_events);
     RUN(test_completion_stream_logprobs_and_usage);
     RUN(test_models_and_version_bodies);
     tok_free(TOK);
