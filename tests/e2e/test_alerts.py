@@ -6,7 +6,8 @@ Every case runs at the same time on its own server (models/tiny, --enable-fault-
 scraped by one Prometheus (the Debian package) every second, which evaluates the rules every
 second. The rules are loaded with shorter windows so that a case takes seconds, not minutes:
 every range `[5m]` becomes `[10s]` and every `for:` becomes `for: 3s`; nothing else in the
-expressions changes (the test checks that these were the only edits). Cases:
+expressions changes (the test checks that these were the only edits; the subquery `[5m:]` is a
+range too). Cases:
 
   healthy      2 clients, requests that stop on a stop token     -> no alert
   queueing     step_delay 100 ms, --max-num-seqs 2, 8 clients     -> VLLMQueueing only (the KV
@@ -127,14 +128,17 @@ class Server:
 
 
 def shortened_rules(tmp):
-    """The two rule files with [5m] -> [WINDOW] and for: -> FOR, checked to be the only edits."""
+    """The two rule files with the ranges [5m] and [5m:] (a subquery) -> WINDOW and every for: ->
+    FOR, checked to be the only edits."""
     paths = []
     for name in ("alerts.yml", "recording.yml"):
         with open(os.path.join(RULES, name)) as f:
             text = f.read()
-        short = re.sub(r"for: \d+[smh]", f"for: {FOR}", text.replace("[5m]", f"[{WINDOW}]"))
-        back = re.sub(r"for: \d+[smh]", "for: X", short.replace(f"[{WINDOW}]", "[5m]"))
-        if back != re.sub(r"for: \d+[smh]", "for: X", text) or re.search(r"\[\d+[smh]\]", back.replace("[5m]", "")):
+        short = text.replace("[5m]", f"[{WINDOW}]").replace("[5m:]", f"[{WINDOW}:]")
+        short = re.sub(r"for: \d+[smh]", f"for: {FOR}", short)
+        back = short.replace(f"[{WINDOW}]", "[5m]").replace(f"[{WINDOW}:]", "[5m:]")
+        if re.sub(r"for: \d+[smh]", "for: X", back) != re.sub(r"for: \d+[smh]", "for: X", text) or \
+                re.search(r"\[\d+[smh]:?\]", back.replace("[5m]", "").replace("[5m:]", "")):
             raise RuntimeError(f"{name}: a range other than [5m] would need its own shortening")
         path = os.path.join(tmp, name)
         with open(path, "w") as f:
