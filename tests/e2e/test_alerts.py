@@ -19,10 +19,7 @@ range too). Cases:
                                                                      VLLMQueueing (seed 004's
                                                                      "queueing issue" is waiting
                                                                      AND cache full)
-  slow_step    step_delay 20 s set while requests run: to rules   -> VLLMEngineStalled only
-               with 10 s windows, an engine that stopped stepping
   engine_stall engine_stall while requests run                    -> VLLMEngineStalled only
-               (only with --with-engine-stall, until the fault is implemented)
 
 Requests end with finish_reason "stop" (a stop token id found by probing the greedy output), so
 that only the runaway case has a length share. Prometheus's /api/v1/alerts is polled every second
@@ -208,8 +205,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servelab", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--with-engine-stall", action="store_true",
-                    help="also the engine_stall case (needs the engine_stall fault implemented)")
     ap.add_argument("--min-seconds", type=float, default=25.0, help="observe alerts at least this long")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="and at most this long")
     args = ap.parse_args()
@@ -230,12 +225,10 @@ def main():
         "queueing": (["--max-num-seqs", "2"], {"VLLMQueueing"}),
         "runaway": (["--max-num-seqs", "4"], {"VLLMRunawayGeneration"}),
         "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}),
-        "slow_step": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}),
+        "engine_stall": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}),
         "kv_pressure": (["--max-num-seqs", "64", "--num-gpu-blocks-override", "160", "--no-enable-prefix-caching"],
                         {"VLLMKVCachePressure", "VLLMPreemptions", "VLLMQueueing"}),
     }
-    if args.with_engine_stall:
-        cases["engine_stall"] = (["--max-num-seqs", "4"], {"VLLMEngineStalled"})
     servers = {c: Server(args.servelab, args.model, tmp, c, *extra) for c, (extra, _) in cases.items()}
     prom = None
     stop_load = threading.Event()
@@ -285,7 +278,7 @@ def main():
                         finish[case][r] = finish[case].get(r, 0) + 1
 
         load = {"healthy": (2, short), "queueing": (8, short), "runaway": (2, short), "http_errors": (2, short),
-                "kv_pressure": (64, long), "slow_step": (2, long), "engine_stall": (2, long)}
+                "kv_pressure": (64, long), "engine_stall": (2, long)}
         for case in servers:
             n, body = load[case]
             # The light cases pause between requests (they need finishing requests, not the CPU).
@@ -296,11 +289,9 @@ def main():
                 threads.append(t)
         t_load = time.time()
         # Requests running first (the gauges are published after each step), then no more
-        # steps: a 20 s step outlasts the 10 s window plus the 3 s `for`.
+        # steps until the fault is cleared.
         time.sleep(1)
-        servers["slow_step"].fault("step_delay", ms=20000)
-        if "engine_stall" in servers:
-            servers["engine_stall"].fault("engine_stall")
+        servers["engine_stall"].fault("engine_stall")
 
         by_instance = {s.instance: c for c, s in servers.items()}
         fired = {c: {} for c in servers}  # case -> alert -> seconds after the load started
@@ -331,8 +322,6 @@ def main():
                        for c in ("healthy", "http_errors")}
         p95 = recorded("model_name:vllm_time_to_first_token_seconds:p95_5m", "queueing")
         stop_load.set()
-        if "engine_stall" in servers:
-            servers["engine_stall"].clear_faults()
         for s in servers.values():
             s.clear_faults()
 
@@ -361,7 +350,7 @@ def main():
         stop_load.set()
         if prom:
             prom.stop()
-        for s in servers.values():  # all at once: slow_step finishes its 20 s step first
+        for s in servers.values():  # all at once
             s.proc.send_signal(signal.SIGTERM)
         for s in servers.values():
             s.stop()
