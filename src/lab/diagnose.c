@@ -211,7 +211,7 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
         int k = n_ttft - 1;
         double med = k % 2 ? ttft[1 + k / 2] : 0.5 * (ttft[k / 2] + ttft[1 + k / 2]);
         m->v[DM_first_ttft_ratio] = ratio(first, med);
-        m->v[DM_first_ttft_vs_max] = ratio(first, ttft[n_ttft - 1]);
+        m->v[DM_first_ttft] = first;
     }
     free(ttft);
 }
@@ -432,13 +432,14 @@ static double r_tokenizer_bound(rule_ctx_t *c) {
 }
 
 /* The first requests' TTFT (less queue time) is ten times the later ones'
- * median and twice the slowest later interval's: they stand out from all of
- * the run, not from its noise (seed 000: "first request after load
- * compiles/warms kernels"). */
+ * median, and its excess is more than a whole typical request takes (median
+ * end-to-end latency): a wait users notice, not the noise of a first scrape
+ * (seed 000: "first request after load compiles/warms kernels"). */
 static double r_cold_start(rule_ctx_t *c) {
     ev(c, DM_uptime_s);
-    double r = ev(c, DM_first_ttft_ratio), top = ev(c, DM_first_ttft_vs_max);
-    return r >= 10 && top >= 2 ? r / 10 : 0;
+    double r = ev(c, DM_first_ttft_ratio), first = ev(c, DM_first_ttft), e2e = ev(c, DM_e2e_p50);
+    double excess = first - first / r;
+    return r >= 10 && excess >= e2e ? r / 10 : 0;
 }
 
 /* The KV cache is over 90% full and requests wait (seed 004's queueing
