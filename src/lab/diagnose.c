@@ -7,7 +7,7 @@
  * several engines); quantiles interpolate inside buckets as Prometheus'
  * histogram_quantile does. Gauges are averaged over every snapshot. Two
  * measures read consecutive snapshots: stalls (an interval with requests
- * running at both ends and no token processed) and the first requests' TTFT
+ * running or waiting at both ends and no token processed) and the first requests' TTFT
  * against the rest's (a cold start; TTFT less queue time, so that a burst
  * queueing at the start is not taken for one). Where vLLM renamed a series, the newer
  * name is read first.
@@ -189,8 +189,10 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
     double stalled_s = 0, *ttft = sl_calloc((size_t)n, sizeof *ttft);
     for (int i = 1; i < n; i++) {
         const prom_snapshot_t *a = &snaps[i - 1], *b = &snaps[i];
-        double run_a = series_sum(a, "vllm:num_requests_running", NULL, NULL);
-        double run_b = series_sum(b, "vllm:num_requests_running", NULL, NULL);
+        double run_a = series_sum(a, "vllm:num_requests_running", NULL, NULL) +
+                       series_sum(a, "vllm:num_requests_waiting", NULL, NULL);
+        double run_b = series_sum(b, "vllm:num_requests_running", NULL, NULL) +
+                       series_sum(b, "vllm:num_requests_waiting", NULL, NULL);
         double tokens = counter_delta(a, b, "vllm:generation_tokens_total", NULL, NULL) +
                         counter_delta(a, b, "vllm:prompt_tokens_total", NULL, NULL);
         if (run_a >= 1 && run_b >= 1) {
@@ -351,11 +353,13 @@ static double vs_base(rule_ctx_t *c, diag_measure_t k) {
  * 0 (or NAN) when it does not. */
 typedef double (*rule_fn)(rule_ctx_t *c);
 
-/* Requests are running but no token moves, interval after interval: the API
- * answers (vLLM's /health does while the engine process lives), the engine
- * does not (seed 004: "are workers healthy and admitting requests?"). */
+/* Requests are running or waiting but no token moves, interval after
+ * interval: the API answers (vLLM's /health does while the engine process
+ * lives), the engine does not (seed 004: "are workers healthy and admitting
+ * requests?"). */
 static double r_engine_stalled(rule_ctx_t *c) {
     ev(c, DM_running_max);
+    ev(c, DM_waiting_max);
     ev(c, DM_stalled_s);
     double share = ev(c, DM_stalled_share);
     return share >= 0.8 ? share / 0.8 : 0;

@@ -29,7 +29,7 @@ class BenchLoad:
 
     def __init__(self, a, srv, concurrency=4):
         self.cmd = [a.servelab, "bench", "serve", "--base-url", srv.base, "--model", NAME, "--dataset-name",
-                    "random", "--num-prompts", "2000", "--max-concurrency", str(concurrency),
+                    "random", "--num-prompts", "5000", "--max-concurrency", str(concurrency),
                     "--random-input-len", "32", "--random-output-len", "16", "--seed", "1"]
         self.env = dict(os.environ, OPENAI_API_KEY=KEY)
         self.stopping = threading.Event()
@@ -68,8 +68,8 @@ def metric_sum(srv, name):
 
 class ChatLoad:
     """Chat questions a model answers briefly, `clients` at a time, until stopped."""
-    QUESTIONS = ["What is the capital of France?", "What is 2 + 2?", "Name a primary color.",
-                 "What is the opposite of hot?"]
+    QUESTIONS = ["What is the capital of France?", "What is 2 + 2?",
+                 "Answer with one word: what color is the sky?", "Say hello."]
 
     def __init__(self, srv, clients=2, max_tokens=48):
         from openai import OpenAI

@@ -119,6 +119,16 @@ static void test_stalls_and_the_first_requests_ttft(void) {
     CHECK(m.v[DM_stalled_share] == 0.8);
     CHECK(m.v[DM_stalled_s] == 4);
     for (int i = 0; i < 6; i++) prom_snapshot_free(&s[i]);
+    /* Nothing admitted at all: requests only waiting, no token, is a stall too. */
+    for (int i = 0; i < 6; i++) scrape(&s[i], i, 0, 3, 0.2, gen[i], 10, 0, 0, 0, 0, 0);
+    diag_measure(s, 6, 0, NULL, &m);
+    CHECK(m.v[DM_stalled_share] == 0.8);
+    for (int i = 0; i < 6; i++) prom_snapshot_free(&s[i]);
+    /* An idle server is not stalled: no interval has requests. */
+    for (int i = 0; i < 6; i++) scrape(&s[i], i, 0, 0, 0, 50, 10, 0, 0, 0, 0, 0);
+    diag_measure(s, 6, 0, NULL, &m);
+    CHECK(isnan(m.v[DM_stalled_share]));
+    for (int i = 0; i < 6; i++) prom_snapshot_free(&s[i]);
     /* One request per interval: 2 s first, then 0.1 s; no queueing. */
     double sum = 0;
     for (int i = 0; i < 6; i++) {
