@@ -509,22 +509,27 @@ static double r_prefill_bound(rule_ctx_t *c) {
     return ttft >= 2 && grew >= 0.1 * e2e && !(q >= 0.5) && !(itl >= 1.5) ? ttft / 2 : 0;
 }
 
-/* ITL grew with a much larger batch: the throughput/latency knee (seed 000,
- * seed 004: "slow under load"). */
+/* ITL grew with a batch twice as large while the engine produces at least
+ * as many tokens per second: more load bought throughput with latency, the
+ * throughput/latency knee (seed 000, seed 004: "slow under load"). */
 static double r_batch_knee(rule_ctx_t *c) {
     if (!c->b) return 0;
     double itl = both_grew(c, DM_itl_p50, DM_itl_mean), run = vs_base(c, DM_running_mean);
-    return itl >= 1.5 && run >= 2 ? itl / 1.5 : 0;
+    double tps = vs_base(c, DM_generation_tokens_per_s);
+    return itl >= 1.5 && run >= 2 && tps >= 1 ? itl / 1.5 : 0;
 }
 
-/* ITL doubled at the same batch size: every decode step got slower, as on a
- * throttled GPU or a downgraded PCIe link (seed 003 case 1; seed 000's
- * "decode is bandwidth-bound"). */
+/* ITL doubled and the engine produces fewer tokens per second: every decode
+ * step got slower, as on a throttled GPU or a downgraded PCIe link (seed 003
+ * case 1; seed 000's "decode is bandwidth-bound"). Under a closed-loop load a
+ * slower engine also holds more requests at once (Little's law), so the batch
+ * size alone cannot tell this from the knee; the throughput can. */
 static double r_decode_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
-    double itl = both_grew(c, DM_itl_p50, DM_itl_mean), run = vs_base(c, DM_running_mean);
+    double itl = both_grew(c, DM_itl_p50, DM_itl_mean), tps = vs_base(c, DM_generation_tokens_per_s);
+    vs_base(c, DM_running_mean);
     vs_base(c, DM_ttft_p50);
-    return itl >= 2 && !(run >= 2) ? itl / 2 : 0;
+    return itl >= 2 && tps < 1 ? itl / 2 : 0;
 }
 
 typedef struct {
@@ -593,10 +598,10 @@ static const rule_t rules[] = {
      {"Long prompts: enable chunked prefill and prefix caching (seed 000)",
       "Reduce prompt tokens or route long prompts to their own pool (seed 002)",
       "Add GPUs or replicas; consider prefill/decode disaggregation (seed 004)"}},
-    {"batch_knee", "a larger batch pushes inter-token latency up", r_batch_knee, true,
+    {"batch_knee", "more load: a larger batch buys throughput with inter-token latency", r_batch_knee, true,
      {"Lower --max-num-seqs to meet the ITL objective (seed 000: the throughput/latency knee)",
       "Run more replicas to spread the load (seed 004)"}},
-    {"decode_bound", "every decode step is slower at the same batch size", r_decode_bound, true,
+    {"decode_bound", "every decode step is slower: inter-token latency up, throughput down", r_decode_bound, true,
      {"Check the GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE), PCIe generation and width, ECC "
       "(seed 003 case 1)",
       "Cut per-token reads: 4-bit weights (AWQ/GPTQ), tensor parallelism over NVLink, speculative decoding "

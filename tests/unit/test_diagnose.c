@@ -214,7 +214,7 @@ static void test_rules_without_baseline_fire_on_their_thresholds(void) {
 static void test_rules_against_a_baseline(void) {
     diag_measures_t b = blank();
     b.v[DM_itl_p50] = 0.01, b.v[DM_itl_mean] = 0.01, b.v[DM_ttft_p50] = 0.05, b.v[DM_ttft_mean] = 0.05;
-    b.v[DM_running_mean] = 4, b.v[DM_e2e_mean] = 0.4;
+    b.v[DM_running_mean] = 4, b.v[DM_e2e_mean] = 0.4, b.v[DM_generation_tokens_per_s] = 400;
     b.v[DM_cpu_ms_per_prompt_token] = 0.5, b.v[DM_prefix_hit_rate] = 0.6, b.v[DM_finished_length_share] = 0.1;
     b.v[DM_generation_tokens_per_request] = 40, b.v[DM_kv_usage_per_running] = 0.01, b.v[DM_http_error_share] = 0;
     bool fired;
@@ -222,15 +222,23 @@ static void test_rules_against_a_baseline(void) {
     diag_measures_t m = b;
     m.v[DM_requests_finished] = 50;
     CHECK(!strcmp(top(&m, &b, "", &fired), "healthy"));
-    /* ITL doubled at the same batch: decode_bound; with 2x the batch: batch_knee. */
-    m = b, m.v[DM_itl_p50] = 0.02, m.v[DM_itl_mean] = 0.03;
+    /* ITL doubled, fewer tokens per second: decode_bound, whatever the batch (a slower engine
+     * holds more requests under a closed loop); more tokens per second with 2x the batch: the knee. */
+    m = b, m.v[DM_itl_p50] = 0.02, m.v[DM_itl_mean] = 0.03, m.v[DM_generation_tokens_per_s] = 300;
     CHECK(!strcmp(top(&m, &b, "decode_bound", &fired), "decode_bound"));
+    m.v[DM_running_mean] = 9;
+    CHECK(!strcmp(top(&m, &b, "decode_bound", &fired), "decode_bound"));
+    m.v[DM_running_mean] = 4;
     m.v[DM_itl_p50] = 0.019;
     CHECK(!strcmp(top(&m, &b, "decode_bound", &fired), "healthy"));
     m.v[DM_itl_p50] = 0.02, m.v[DM_itl_mean] = 0.019; /* the median alone: one bucket's interpolation */
     CHECK(!strcmp(top(&m, &b, "decode_bound", &fired), "healthy"));
     m = b, m.v[DM_itl_p50] = 0.015, m.v[DM_itl_mean] = 0.015, m.v[DM_running_mean] = 8;
+    m.v[DM_generation_tokens_per_s] = 600;
     CHECK(!strcmp(top(&m, &b, "batch_knee", &fired), "batch_knee"));
+    m.v[DM_generation_tokens_per_s] = 399;
+    top(&m, &b, "batch_knee", &fired);
+    CHECK(!fired);
     /* TTFT doubled without queueing or slower decode: prefill_bound. */
     m = b, m.v[DM_ttft_p50] = 0.1, m.v[DM_ttft_mean] = 0.1, m.v[DM_queue_share_of_ttft] = 0.1;
     CHECK(!strcmp(top(&m, &b, "prefill_bound", &fired), "prefill_bound"));
