@@ -14,7 +14,7 @@
  * read: pointed at a real vLLM the same checks run (docs/lab.md says which
  * need servelab's finished_reason="error").
  *
- * Extras. --log FILE reads the last 1 MiB of the server's log for CUDA OOM,
+ * Extras. --log FILE reads the last 16 MiB of the server's log for CUDA OOM,
  * ERROR and preemption lines. --golden FILE replays its prompts at
  * temperature 0 through /v1/completions and counts answers that differ from
  * the recorded ones (seed 002's golden prompts); --record-golden FILE writes
@@ -56,7 +56,7 @@ static const char *diag_help =
     "  --prometheus URL          read the window from this Prometheus instead of scraping\n"
     "  --window DUR              how long to watch: 500ms, 30s, 2m (30s)\n"
     "  --interval DUR            time between snapshots (1s)\n"
-    "  --log FILE                the server's log: CUDA OOM, ERROR and preemption lines in its last 1 MiB\n"
+    "  --log FILE                the server's log: CUDA OOM, ERROR and preemption lines in its last 16 MiB\n"
     "  --expected-inflight N     requests the clients keep in flight (seed 004's sanity check)\n"
     "  --baseline FILE           an earlier --json report of the healthy server, for the comparing rules\n"
     "  --golden FILE             replay FILE's prompts at temperature 0 and compare with its outputs\n"
@@ -245,6 +245,12 @@ static prom_snapshot_t *query_prometheus(const diag_args_t *a, int *n_out, char 
 }
 
 /* ---- extras: log, golden ----------------------------------------------------------- */
+
+/* How much of --log is read: a busy server logging every request (vLLM's
+ * --enable-log-requests) writes megabytes a minute, and the lines that
+ * matter must not scroll out of it. The bundle keeps the last MiB. */
+#define LOG_SCAN_BYTES ((size_t)16 << 20)
+#define LOG_BUNDLE_BYTES ((size_t)1 << 20)
 
 static char *read_tail(const char *path, size_t max, char *err, size_t err_len) {
     FILE *f = fopen(path, "rb");
@@ -445,7 +451,10 @@ static int collect(const diag_args_t *a, const char *metrics_text, const cJSON *
             free(b.data);
         }
     }
-    if (log_tail) rc |= write_file(a->collect, "log_tail.txt", log_tail, strlen(log_tail));
+    if (log_tail) {
+        size_t n = strlen(log_tail), from = n > LOG_BUNDLE_BYTES ? n - LOG_BUNDLE_BYTES : 0;
+        rc |= write_file(a->collect, "log_tail.txt", log_tail + from, n - from);
+    }
     char *s = cJSON_Print(report);
     rc |= write_file(a->collect, "verdict.json", s, strlen(s));
     free(s);
@@ -533,7 +542,7 @@ int cli_diagnose(int argc, char **argv) {
         }
     }
     if (a.log) {
-        log_tail = read_tail(a.log, (size_t)1 << 20, err, sizeof err);
+        log_tail = read_tail(a.log, LOG_SCAN_BYTES, err, sizeof err);
         if (!log_tail) goto out;
         scan_log(log_tail, &extra);
     }
