@@ -125,6 +125,8 @@ typedef struct faults {
     uint64_t epoch[FAULT_COUNT];    /* times each fault was set: a reader sees a new setting */
     double set_at[FAULT_COUNT];     /* sl_now_s() of the latest set */
     uint64_t rng;                   /* http_error's draws (splitmix64, from --seed) */
+    void (*on_change)(void *);      /* faults_on_change's hook */
+    void *on_change_ctx;
     metric_t *active_metric[FAULT_COUNT];
     metric_t *injections_metric[FAULT_COUNT];
 } faults_t;
@@ -161,6 +163,10 @@ bool faults_expire(faults_t *f, fault_id_t id, uint64_t epoch, const char *why);
  * NULL) when, so a reader can tell a new setting from the one it acted on.
  * Takes the mutex: for paths that already saw the fault's bit in the mask. */
 bool faults_get(faults_t *f, fault_id_t id, fault_params_t *p, uint64_t *epoch, double *set_at);
+
+/* Calls fn(ctx) after every set or clear, outside the table's lock (the
+ * engine wakes to act on it while idle); fn NULL removes the hook. */
+void faults_on_change(faults_t *f, void (*fn)(void *), void *ctx);
 
 /* Counts n injections of fault id (servelab:fault_injections_total). */
 void faults_count(faults_t *f, fault_id_t id, int64_t n);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "servelab/lab.h"
 
 const char *finish_reason_str(finish_reason_t f) {
     switch (f) {
@@ -180,7 +181,18 @@ void engine_enable_metrics(engine_t *e, struct metrics *reg, const char *model_n
 }
 
 static bool has_work_locked(engine_t *e) {
-    return e->n_incoming > 0 || e->n_aborts > 0 || sched_has_work(&e->sched);
+    return e->n_incoming > 0 || e->n_aborts > 0 || e->poked || sched_has_work(&e->sched);
+}
+
+/* A lab fault was set or cleared: an idle engine takes one step, so that a
+ * stall begins, or blocks a cleared kv_leak kept go back, at once rather
+ * than at the next request (no residue while idle). */
+static void engine_poke(void *arg) {
+    engine_t *e = arg;
+    pthread_mutex_lock(&e->mu);
+    e->poked = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void *engine_main(void *arg) {
@@ -190,6 +202,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !has_work_locked(e)) pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop;
+        e->poked = false;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
         engine_step(e);
@@ -202,10 +215,12 @@ void engine_start(engine_t *e) {
     e->stop = false;
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) sl_die("cannot start the engine thread");
     e->thread_running = true;
+    if (e->cfg.faults) faults_on_change(e->cfg.faults, engine_poke, e);
 }
 
 void engine_stop(engine_t *e) {
     if (!e->thread_running) return;
+    if (e->cfg.faults) faults_on_change(e->cfg.faults, NULL, NULL);
     pthread_mutex_lock(&e->mu);
     e->stop = true;
     pthread_cond_signal(&e->cv);

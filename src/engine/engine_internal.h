@@ -81,6 +81,7 @@ struct engine {
     engine_stream_t **aborts;
     int32_t n_aborts, cap_aborts;
     bool stop;
+    bool poked;                     /* a lab fault changed: step once even without requests */
     bool thread_running;
     bool dead;                      /* the device is lost for good (ops.h last_error 2) */
     pthread_t thread;

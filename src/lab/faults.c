@@ -456,6 +456,22 @@ static void set_locked(faults_t *f, fault_id_t id, bool on, const fault_params_t
     if (f->active_metric[id]) metric_set(f->active_metric[id], on ? 1.0 : 0.0);
 }
 
+void faults_on_change(faults_t *f, void (*fn)(void *), void *ctx) {
+    pthread_mutex_lock(f->mu);
+    f->on_change = fn;
+    f->on_change_ctx = ctx;
+    pthread_mutex_unlock(f->mu);
+}
+
+/* Runs the change hook, outside the lock (it takes the engine's). */
+static void changed(faults_t *f) {
+    pthread_mutex_lock(f->mu);
+    void (*fn)(void *) = f->on_change;
+    void *ctx = f->on_change_ctx;
+    pthread_mutex_unlock(f->mu);
+    if (fn) fn(ctx);
+}
+
 void faults_set(faults_t *f, const fault_spec_t *s) {
     char params[256];
     fault_params_format(s, params, sizeof params);
@@ -463,6 +479,7 @@ void faults_set(faults_t *f, const fault_spec_t *s) {
     set_locked(f, s->id, true, &s->p);
     pthread_mutex_unlock(f->mu);
     LOG_INFO("Fault injection: %s set%s%s", table[s->id].name, params[0] ? " with " : "", params);
+    changed(f);
 }
 
 void faults_clear(faults_t *f, fault_id_t id) {
@@ -471,6 +488,7 @@ void faults_clear(faults_t *f, fault_id_t id) {
     set_locked(f, id, false, NULL);
     pthread_mutex_unlock(f->mu);
     if (was) LOG_INFO("Fault injection: %s cleared", table[id].name);
+    if (was) changed(f);
 }
 
 void faults_clear_all(faults_t *f) {
