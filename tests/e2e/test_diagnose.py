@@ -29,7 +29,7 @@ class BenchLoad:
 
     def __init__(self, a, srv, concurrency=4):
         self.cmd = [a.servelab, "bench", "serve", "--base-url", srv.base, "--model", NAME, "--dataset-name",
-                    "random", "--num-prompts", "5000", "--max-concurrency", str(concurrency),
+                    "random", "--num-prompts", "3000", "--max-concurrency", str(concurrency),
                     "--random-input-len", "32", "--random-output-len", "16", "--seed", "1"]
         self.env = dict(os.environ, OPENAI_API_KEY=KEY)
         self.stopping = threading.Event()
@@ -37,11 +37,13 @@ class BenchLoad:
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
+        self.srv = srv
+        # Its own requests flowing (a few dozen), not a stopped run's last ones.
         gen = lambda: metric_sum(srv, "vllm:generation_tokens_total")  # noqa: E731
         before, deadline = gen(), time.monotonic() + 30
-        while gen() == before and time.monotonic() < deadline:
-            time.sleep(0.2)
-        check(gen() > before, "bench serve is loading the server")
+        while gen() < before + 500 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check(gen() >= before + 500, "bench serve is loading the server")
 
     def run(self):
         while not self.stopping.is_set():
@@ -58,6 +60,11 @@ class BenchLoad:
             if self.proc:
                 self.proc.terminate()
         self.thread.join(timeout=15)
+        # Until the server has nothing left of it, running or waiting.
+        deadline = time.monotonic() + 15
+        while (metric_sum(self.srv, "vllm:num_requests_running") + metric_sum(self.srv, "vllm:num_requests_waiting")
+               > 0 and time.monotonic() < deadline):
+            time.sleep(0.1)
 
 
 def metric_sum(srv, name):
@@ -110,7 +117,11 @@ def diagnose(a, srv, window, *extra):
 
 def expect(report, cause, what):
     ranked = [(r["cause"], r["score"]) for r in report["ranked"]]
-    detail = f"got {report['cause']}; ranked {ranked}; evidence {report['evidence']}"
+    numbers = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in report["metrics"].items() if v is not None}
+    base = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in (report["baseline"] or {}).items()
+            if v is not None}
+    detail = (f"got {report['cause']}; ranked {ranked}; evidence {report['evidence']}; metrics {numbers}; "
+              f"baseline {base}")
     check(report["cause"] == cause, f"{what}: diagnose says {cause}" + ("" if report["cause"] == cause else
                                                                       f" ({detail})"))
 
@@ -162,9 +173,13 @@ def tiny_cases(a, tmp, rep):
             with open(os.path.join(bundle, "log_tail.txt")) as f:
                 tail = f.read()
             check(len(tail) > 200 and tail[-200:] in srv.logs(), "the bundle has the log tail")
+        load.stop()
         for fault, params, cause, settle, flags in TINY_CASES:
             if a.only and fault not in a.only:
                 continue
+            # A fresh load per case: a fault that fails requests fast ends a bench run early, and
+            # a new run sizes its prompts through /tokenize, which tokenize_cost slows too.
+            load = BenchLoad(a, srv)
             set_fault(srv, fault, params)
             time.sleep(settle)
             extra = [srv.log.name if f == "{log}" else f for f in flags]
@@ -173,6 +188,8 @@ def tiny_cases(a, tmp, rep):
             if rep == 0:  # once: cleared, the server is healthy again
                 time.sleep(2.0)
                 expect(diagnose(a, srv, a.window, "--baseline", base_path), "healthy", f"{fault} cleared")
+            load.stop()
+        load = None
     finally:
         if load:
             load.stop()
