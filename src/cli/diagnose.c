@@ -567,7 +567,7 @@ int cli_diagnose(int argc, char **argv) {
     if (a.collect && collect(&a, last_text, report, log_tail, err, sizeof err)) goto out;
     status = strcmp(cJSON_GetObjectItem(report, "cause")->valuestring, "healthy") ? 3 : 0;
 out:
-    if (status == 1) fprintf(stderr, "servelab diagnose: error: %s\n", err);
+    if (status == 1) fprintf(stderr, "servelab: error: %s\n", err);
     for (int i = 0; i < n && snaps; i++) prom_snapshot_free(&snaps[i]);
     free(snaps);
     free(last_text);

@@ -80,15 +80,36 @@ def main():
         check(f"bench {' '.join(sub + ['--help'])} prints usage and exits 0",
               res.returncode == 0 and res.stdout.startswith("usage: servelab bench"), res.stderr[-300:])
     # Top-level usage and the unknown-command message list every command.
-    commands = ("serve", "generate", "bench", "render", "eval")
+    commands = ("serve", "generate", "bench", "render", "eval", "diagnose")
     res, _ = run([sl, "--help"], timeout=30)
     check("servelab --help lists every command", res.returncode == 0 and
-          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render,eval}" in res.stdout,
+          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render,eval,diagnose}" in res.stdout,
           res.stdout[-300:])
     res, _ = run([sl, "frobnicate"], timeout=30)
     errs = error_lines(res.stderr)
     check("an unknown command lists every command", res.returncode == 2 and len(errs) == 1 and
           all(f"'{c}'" in errs[0] for c in commands), res.stderr[-300:])
+
+    # diagnose: usage mistakes exit 2 with one line; a server or file it cannot read, 1.
+    for args, want in ((["diagnose"], "one of the arguments --url --prometheus is required"),
+                       (["diagnose", "--url", "http://127.0.0.1:9", "--window", "soon"], "argument --window"),
+                       (["diagnose", "--url", "http://127.0.0.1:9", "--window", "1s", "--interval", "2s"],
+                        "argument --interval"),
+                       (["diagnose", "--prometheus", "http://127.0.0.1:9", "--golden", "g.json"], "--golden needs --url")):
+        res, _ = run([sl, *args], timeout=30)
+        errs = error_lines(res.stderr)
+        check(f"diagnose {' '.join(args[1:])}: exit 2, one line naming {want!r}",
+              res.returncode == 2 and len(errs) == 1 and want in errs[0], res.stderr[-300:])
+    res, _ = run([sl, "diagnose", "--url", "http://127.0.0.1:9", "--window", "0.2s", "--interval", "0.1s"], timeout=30)
+    check("diagnose of a server that does not answer: exit 1, one line naming the URL",
+          res.returncode == 1 and len(error_lines(res.stderr)) == 1 and res.stderr.count("\n") == 1
+          and "http://127.0.0.1:9/metrics" in res.stderr,
+          res.stderr[-300:])
+    res, _ = run([sl, "diagnose", "--url", "http://127.0.0.1:9", "--baseline", "/nonexistent/base.json"], timeout=30)
+    check("diagnose with an unreadable baseline: exit 1 naming the file before any scrape",
+          res.returncode == 1 and len(error_lines(res.stderr)) == 1 and res.stderr.count("\n") == 1
+          and "/nonexistent/base.json" in res.stderr,
+          res.stderr[-300:])
 
     # A prompts file that cannot be opened: refused before the model loads, naming the file.
     res, took = run([sl, "generate", model, "--prompts-file", "/nonexistent/prompts.jsonl"], timeout=60)
