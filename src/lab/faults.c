@@ -423,7 +423,8 @@ void faults_bind_metrics(faults_t *f, metrics_t *metrics) {
         metric_family_t *act = metrics_add(metrics, "servelab:fault_active", "Whether a lab fault is active (1) or not (0).",
                                            METRIC_GAUGE, 1, labels, NULL, 0, 0);
         metric_family_t *inj = metrics_add(metrics, "servelab:fault_injections_total",
-                                           "Times a lab fault acted (delayed steps, suppressed stops, failed requests).",
+                                           "Times a lab fault acted, in its own unit (steps, stops, stalls, prompt tokens, events, "
+                                           "blocks, requests or rows; docs/lab.md).",
                                            METRIC_COUNTER, 1, labels, NULL, 0, 0);
         for (int i = 0; i < FAULT_COUNT; i++) {
             const char *v[] = {table[i].name};
