@@ -27,10 +27,10 @@ class BenchLoad:
     """`servelab bench serve` at a fixed concurrency, run after run until stopped (a run sizes
     its prompts first, so a short one starts at once)."""
 
-    def __init__(self, a, srv, concurrency=4):
+    def __init__(self, a, srv, concurrency=4, input_len=32, output_len=16):
         self.cmd = [a.servelab, "bench", "serve", "--base-url", srv.base, "--model", NAME, "--dataset-name",
                     "random", "--num-prompts", "3000", "--max-concurrency", str(concurrency),
-                    "--random-input-len", "32", "--random-output-len", "16", "--seed", "1"]
+                    "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--seed", "1"]
         self.env = dict(os.environ, OPENAI_API_KEY=KEY)
         self.stopping = threading.Event()
         self.proc = None
@@ -265,17 +265,70 @@ def prometheus_case(a, tmp):
         srv.stop()
 
 
+# Load shapes, not faults: (name, server flags, clients, prompt and output tokens, cause). No
+# baseline: these rules read the run's own shares.
+LOAD_CASES = [
+    # 8 clients for 2 sequence slots: requests wait for a slot, queue time is most of TTFT.
+    ("queueing", ["--max-num-seqs", "2"], 8, 32, 16, "queueing"),
+    # 16 clients of 8 blocks each for a 40-block cache: full, requests wait, some are preempted
+    # (kv_pressure ranks above the preemptions it causes, and above the queueing).
+    ("kv_pressure", [], 16, 64, 64, "kv_pressure"),
+]
+
+
+def load_cases(a):
+    for name, flags, clients, input_len, output_len, cause in LOAD_CASES:
+        if a.only and name not in a.only:
+            continue
+        srv = Server(a.servelab, a.model, *flags)
+        load = None
+        try:
+            load = BenchLoad(a, srv, clients, input_len, output_len)
+            time.sleep(1)
+            report = diagnose(a, srv, a.window)
+            expect(report, cause, f"{name} load")
+            if name == "kv_pressure":
+                ranked = [r["cause"] for r in report["ranked"]]
+                check("preemption_storm" in ranked and "queueing" in ranked,
+                      f"and the preemptions and the queue it causes are ranked below it ({ranked})")
+        finally:
+            if load:
+                load.stop()
+            srv.stop()
+
+
+class CompletionLoad:
+    """`clients` closed-loop completions straight away (no prompt sizing first), until stopped."""
+
+    def __init__(self, srv, clients=4):
+        self.srv, self.stopping = srv, threading.Event()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def run(self):
+        body = json.dumps({"model": NAME, "prompt": "hello world, the weather today", "max_tokens": 16}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer " + KEY}
+        while not self.stopping.is_set():
+            raw(self.srv.base, "POST", "/v1/completions", body, headers)
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
 def cold_start_case(a):
     """A server booted with `--fault cold_start`, its first requests arriving while diagnose
     watches (seed 000: the first request after load)."""
-    srv = Server(a.servelab, a.model, "--fault", "cold_start:steps=3,ms=1000")
+    srv = Server(a.servelab, a.model, "--fault", "cold_start:steps=3,ms=600")
     load = None
     try:
         cmd = [a.servelab, "diagnose", "--url", srv.base, "--window", f"{a.window + 3}s", "--interval", "0.5s",
                "--json"]
         watch = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        load = BenchLoad(a, srv)
+        time.sleep(0.3)
+        load = CompletionLoad(srv)
         out, err = watch.communicate(timeout=a.window + 60)
         report = json.loads(out)
         expect(report, "cold_start", "cold_start at boot")
@@ -339,6 +392,7 @@ def main():
             print(f"--- run {rep + 1} of {a.repeat}")
             tiny_cases(a, tmp, rep)
             cold_start_case(a)
+            load_cases(a)
             if rep == 0:
                 prometheus_case(a, tmp)
             if a.smollm:
