@@ -146,6 +146,8 @@ TINY_CASES = [
     # Streams held between server and client: the engine is fine; fewer requests reach it than
     # the clients have in flight (seed 004's sanity check), and nothing else fires.
     ("stream_delay", {"ms": 30}, "upstream_bottleneck", 1.0, ["--expected-inflight", "4"]),
+    # Bursty streams change only what the client sees: the server is healthy, and says so.
+    ("stream_coalesce", {"tokens": 4}, "healthy", 1.0, []),
 ]
 
 
