@@ -11,7 +11,7 @@ what=${1:-test}
 case $what in run | test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
 apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsentencepiece-dev
-          libcurl4-openssl-dev libssl-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3 python3-pip curl)
+          libcurl4-openssl-dev libssl-dev libxxhash-dev libpcre2-dev libutf8proc-dev libopenblas-dev python3 python3-pip curl)
 # Python packages: module name -> pip requirement. gguf brings numpy.
 declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
 if [ "$what" = test ]; then

@@ -8,9 +8,21 @@
  * Dot products are `omp simd` reductions (vector partial sums), and the hot
  * functions are cloned for AVX2 with a plain x86-64 fallback picked at
  * load time, so one binary runs everywhere.
+ *
+ * Batches of at least LINEAR_GEMM_MIN_T tokens (prefill) go to
+ * OpenBLAS's cblas_sgemm instead: each worker of servelab's pool takes a panel
+ * of output features, widens its weight rows to fp32 if they are 16-bit (into
+ * its own buffer, which stays in cache for the GEMM that reads it) and calls a
+ * single-threaded sgemm for all T tokens against that panel. OpenBLAS's own
+ * threads are set to 1 once, so the one GEMM is never split by two pools.
+ * Sums stay fp32 and bf16/f16 weights are widened exactly, so the result
+ * differs from the loops below only by the order of the additions.
+ * (Debian 12's OpenBLAS is built without cblas_sbgemm, so no bf16 GEMM.)
  */
 #include "ops_cpu.h"
 
+#include <cblas.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -109,9 +121,73 @@ static void linear_chunk(void *arg, int64_t n0, int64_t n1, int worker) {
     }
 }
 
+/* From this many tokens the GEMM path is taken. Measured on 2 cores of an
+ * AVX-512 AMD EPYC with small-model shapes (docs/benchmarks.md, "OpenBLAS for
+ * batched CPU linears"): sgemm wins at every shape from T = 32 (2x-2.5x at
+ * T = 256). Below it the loops stay, for two reasons: OpenBLAS's path for few
+ * rows is slower than the loops when K is large (K = 2048: 0.5x at T = 8,
+ * though 2x at K = 768), and a token's outputs must not depend on how many
+ * rows share its step for the small batches decode pads to (CUDA graph
+ * buckets; test_llama_graphs checks the padded rows change no bits), which
+ * holds within each path but not across them. */
+#define LINEAR_GEMM_MIN_T 32
+#define LINEAR_GEMM_PANEL 128 /* output features per sgemm call, at most */
+
+static bool linear_use_gemm(int64_t T) { return T >= LINEAR_GEMM_MIN_T; }
+
+static pthread_once_t gemm_once = PTHREAD_ONCE_INIT;
+static void gemm_init(void) { openblas_set_num_threads(1); }
+
+typedef struct {
+    float *out;
+    const float *in;
+    const void *w;
+    sl_dtype_t dt;
+    int64_t T, N, K, P;
+    float *panels; /* (workers, P, K) widened weight panels; NULL for f32 weights */
+} gemm_args_t;
+
+/* Panels [p0, p1) of P output features each: out[:, n0:n1] = in . w[n0:n1]^T. */
+static void gemm_chunk(void *arg, int64_t p0, int64_t p1, int worker) {
+    const gemm_args_t *a = arg;
+    size_t row_bytes = (size_t)a->K * dtype_size(a->dt);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n0 = p * a->P, n1 = n0 + a->P < a->N ? n0 + a->P : a->N;
+        const void *wr = (const uint8_t *)a->w + (size_t)n0 * row_bytes;
+        const float *wf = wr;
+        if (a->panels) {
+            float *buf = a->panels + (size_t)worker * (size_t)a->P * (size_t)a->K;
+            dtype_to_f32(buf, wr, a->dt, (n1 - n0) * a->K);
+            wf = buf;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)a->T, (blasint)(n1 - n0),
+                    (blasint)a->K, 1.0f, a->in, (blasint)a->K, wf, (blasint)a->K, 0.0f, a->out + n0,
+                    (blasint)a->N);
+    }
+}
+
+static void linear_gemm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T,
+                        int64_t N, int64_t K) {
+    pthread_once(&gemm_once, gemm_init);
+    int nt = parallel_n_threads();
+    /* At least two panels per thread where N allows, so a late worker's share
+     * can be taken by the others; 16-aligned and at most LINEAR_GEMM_PANEL. */
+    int64_t P = (N + 2 * nt - 1) / (2 * nt);
+    P = (P + 15) / 16 * 16;
+    if (P > LINEAR_GEMM_PANEL) P = LINEAR_GEMM_PANEL;
+    gemm_args_t a = {out, in, w, dt, T, N, K, P, NULL};
+    if (dt != DTYPE_F32) a.panels = sl_malloc((size_t)nt * (size_t)P * (size_t)K * sizeof(float));
+    cpu_parallel_for(T * N * K, (N + P - 1) / P, nt, gemm_chunk, &a);
+    free(a.panels);
+}
+
 void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
                 int64_t K) {
     SL_ASSERT(dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16);
+    if (linear_use_gemm(T) && T <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX) {
+        linear_gemm(out, in, w, dt, T, N, K);
+        return;
+    }
     /* 16-bit weights are widened a row at a time into the worker's buffer,
      * except in a bf16 GEMV (T == 1), whose dot product widens in registers.
      * One allocation per op, not per chunk, for at most nt workers. */

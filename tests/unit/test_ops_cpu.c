@@ -93,11 +93,17 @@ static void test_rmsnorm_matches_double(void) {
 }
 
 static void test_linear_matches_double(void) {
-    int64_t Ts[] = {1, 2, 33, 70}; /* decode, small, and across the 32-token tile */
-    int64_t N = 67, K = 131;
+    /* decode, small, and across the 32-token tile, which is also where the
+     * OpenBLAS path starts (linear_cpu.c: T >= 32): both sides of it, and a
+     * prefill-sized T. K and N are not multiples of 16, and N = 301 spans
+     * several of the GEMM's panels with a ragged last one. */
+    static const struct { int64_t T, N, K; } cases[] = {
+        {1, 67, 131},    {2, 67, 131},    {33, 67, 131},   {70, 67, 131},   {8, 301, 1031},
+        {31, 301, 1031}, {32, 301, 1031}, {33, 301, 1031}, {256, 301, 131}, {256, 67, 2053},
+    };
     for (int d = 0; d < 3; d++) {
-        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
-            int64_t T = Ts[ti];
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            int64_t T = cases[ci].T, N = cases[ci].N, K = cases[ci].K;
             float *x = rand_floats(T * K, 1.0f), *wexact, *out = sl_malloc(T * N * sizeof(float));
             void *w = rand_weights(N * K, float_dtypes[d], 0.1f, &wexact);
             double *ref = sl_malloc(T * N * sizeof(double));
@@ -108,8 +114,9 @@ static void test_linear_matches_double(void) {
                     ref[t * N + o] = acc;
                 }
             cpu_linear(out, x, w, float_dtypes[d], T, N, K);
-            char what[32];
-            snprintf(what, sizeof what, "%s T=%lld", dt_names[d], (long long)T);
+            char what[64];
+            snprintf(what, sizeof what, "%s T=%lld N=%lld K=%lld", dt_names[d], (long long)T,
+                     (long long)N, (long long)K);
             check_close(what, out, ref, T * N, 1e-5, 1e-5);
             free(x), free(wexact), free(out), free(w), free(ref);
         }
