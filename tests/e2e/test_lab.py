@@ -235,8 +235,12 @@ def test_server_faults(srv):
 
     def long_prompt():
         cpu0, ttft0 = series(srv, "process_cpu_seconds_total"), series(srv, "vllm:time_to_first_token_seconds_sum")
+        n0 = series(srv, "vllm:time_to_first_token_seconds_count")
         st, body, t = complete(srv, 1, prompt=prompt)
         assert st == 200, body
+        # The engine records a finished request's TTFT after posting its last event, so the
+        # answer can reach us first: wait for the observation.
+        wait_for(lambda: series(srv, "vllm:time_to_first_token_seconds_count") > n0, 5)
         return (body["usage"]["prompt_tokens"], series(srv, "process_cpu_seconds_total") - cpu0,
                 series(srv, "vllm:time_to_first_token_seconds_sum") - ttft0, t)
     long_prompt()  # warm
