@@ -3,7 +3,8 @@
  *
  * The first byte picks the parser (odd: the JSON body, even: the spec text); the
  * rest is the input. Either parse succeeds with a spec that passes the table's
- * checks and formats, or fails with a one-line message. Seeds: corpus/lab_faults/.
+ * checks and formats, or fails with a one-line message. Seeds: corpus/lab_faults/ (their
+ * first byte is the digit '0' or '1', so they stay text).
  */
 #include <stdio.h>
 #include <stdlib.h>
