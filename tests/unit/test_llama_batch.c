@@ -6,8 +6,12 @@
  * that are scattered and interleaved. Also checks --load-format dummy builds
  * the same random weights for the same seed, and --dtype conversion.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdlib.h>
 
+#include "cpu_isa.h"
+#include "ops_cpu.h"
 #include "servelab/model.h"
 #include "servelab/model_runner.h"
 #include "test.h"
@@ -131,10 +135,15 @@ static void test_dummy_weights_are_deterministic_and_not_flat(void) {
     sl_err_t err;
     CHECK(llama_init(&m1, MODEL_DIR, &lo, model.ops, 64, 4, &err) == 0);
     CHECK(llama_init(&m2, MODEL_DIR, &lo, model.ops, 64, 4, &err) == 0);
-    size_t n = (size_t)(m1.w.lm_head.rows * m1.w.lm_head.cols) * dtype_size(m1.w.lm_head.dtype);
     CHECK(m1.w.lm_head.dtype == DTYPE_BF16);
-    CHECK(!memcmp(m1.w.lm_head.data, m2.w.lm_head.data, n));
-    CHECK(memcmp(m1.w.lm_head.data, model.w.lm_head.data, n) != 0);
+    /* The LM head as the linear op reads it: the CPU backend's packed copy. */
+    const sl_weight_t *h1 = &m1.w.lm_head, *h2 = &m2.w.lm_head, *h0 = &model.w.lm_head;
+    size_t n = h1->packed ? cpu_bf16_packed_bytes(h1->rows, h1->cols)
+                          : (size_t)(h1->rows * h1->cols) * dtype_size(h1->dtype);
+    const void *p1 = h1->packed ? h1->packed : h1->data, *p2 = h2->packed ? h2->packed : h2->data;
+    const void *p0 = h0->packed ? h0->packed : h0->data;
+    CHECK(!memcmp(p1, p2, n));
+    CHECK(memcmp(p1, p0, n) != 0);
     kv_cache_t kv1;
     CHECK(kv_cache_init(&kv1, &m1, 1 + 3 * MAX_BLOCKS, B, &err) == 0);
     int64_t V = m1.cfg.vocab_size;
@@ -161,7 +170,14 @@ static void test_dtype_float32_conversion_keeps_logits(void) {
     int64_t V = m.cfg.vocab_size;
     float *a = sl_malloc(V * sizeof(float)), *b = sl_malloc(V * sizeof(float));
     CHECK(m.w.layers[0].q.dtype == DTYPE_F32);
+    /* Exact arithmetic on the bf16 side too: an ISA level that keeps activations
+     * in fp32 (avx512_bf16 rounds them to bf16, linear_bf16.c). */
+    cpu_isa_t best = cpu_isa_detect();
+    setenv("SERVELAB_CPU_ISA", cpu_isa_name(best > CPU_ISA_AVX512 ? CPU_ISA_AVX512 : best), 1);
+    cpu_isa_reload();
     run_alone(&seqs[1], 64, a);
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
     reset(&batch);
     add_chunk(&batch, &seqs[1], 0, seqs[1].n, true);
     forward(&m, &batch, &kv, b);
