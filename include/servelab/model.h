@@ -47,6 +47,7 @@ typedef struct {
     void **owned;           /* backend buffers this struct frees */
     int n_owned;
     size_t n_bytes;         /* bytes of weights read per forward */
+    size_t n_packed_bytes;  /* the backend's packed copies (ops->pack_linear) */
     int64_t n_params;
 } llama_weights_t;
 

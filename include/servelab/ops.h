@@ -18,9 +18,12 @@
 #include "servelab/config.h"
 #include "servelab/sample_row.h"
 
-/* A 2-D weight in backend memory, row-major (rows, cols), any float dtype. */
+/* A 2-D weight in backend memory, row-major (rows, cols), any float dtype.
+ * `packed` is the backend's own copy of a linear weight in the layout its
+ * linear op reads (see pack_linear), or NULL; with it, `data` may be NULL. */
 typedef struct {
     const void *data;
+    const void *packed;
     sl_dtype_t dtype;
     int64_t rows, cols;
 } sl_weight_t;
@@ -97,6 +100,12 @@ struct sl_ops {
                           void *v_cache, const int32_t *positions, const int64_t *slot_mapping,
                           int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
                           float scale);
+
+    /* Optional: a copy of linear weight w (the rows of a linear or logits op)
+     * in a layout of the backend's choosing, which linear and logits then read
+     * instead of w->data; NULL when the backend keeps w as it is. *n_bytes is
+     * the copy's size; it is freed as the backend frees weights. */
+    void *(*pack_linear)(void *ctx, const sl_weight_t *w, size_t *n_bytes);
 
     /* Optional (NULL on CPU, whose ops cannot fail). A device backend never
      * exits from an op: a failure (a kernel fault, a cuBLAS error, no memory

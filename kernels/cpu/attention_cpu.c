@@ -2,76 +2,333 @@
  *
  * Token t of sequence s attends to positions 0..positions[t] of s, whose K/V
  * live in the blocks block_tables[s][p / B] at offset p % B. This one loop is
- * prefill, chunked prefill, prefix-cache hits and decode alike. One pass with
- * an online softmax (running max and sum, rescaling the accumulator), so no
- * score buffer sized by the context is needed. Threads split (token, head).
- * KV cache layout: (n_blocks * B, Hkv, D) fp32, i.e. slot-major.
+ * prefill, chunked prefill, prefix-cache hits and decode alike.
+ * KV cache layout: (n_blocks * B, Hkv, D), slot-major, fp32 or bf16.
+ *
+ * FlashAttention's order on a CPU (docs/architecture.md, "CPU kernels"): a
+ * work item is one KV head of a tile of up to ATTN_QT consecutive tokens of
+ * one sequence, with every query head of its group, so each K/V row read
+ * from the cache serves tile x group query rows. The item walks its keys in
+ * blocks of ATTN_KB, up to the tile's last position: the block's K and V
+ * rows are gathered through the block table into contiguous fp32 buffers
+ * (widened there from a bf16 cache), then for each query row the scores of
+ * the keys it sees (q . k, scale applied in fp32), an online softmax (running
+ * max and sum, the accumulator rescaled when the max moves) and O += P V.
+ * Nothing is sized by the context. exp is exp_neg below, in plain C so that
+ * the compiler vectorizes the row of a block; the inner loops are the same C
+ * compiled once per ISA level (cpu_isa.h) and chosen at run time.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cpu_isa.h"
 #include "ops_cpu.h"
 #include "servelab/core.h"
+#include "servelab/dtype.h"
 
 #define ATTN_MAX_D 512
+#define ATTN_QT 32 /* tokens per tile */
+#define ATTN_KB 64 /* keys per block */
 
-static int64_t seq_of_token(const int32_t *query_start, int64_t S, int64_t t) {
-    int64_t lo = 0, hi = S - 1; /* last s with query_start[s] <= t */
-    while (lo < hi) {
-        int64_t mid = (lo + hi + 1) / 2;
-        if (query_start[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
+/* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
+ * argument, 2^n put into the exponent directly. Within 2 ulp of expf; 0 below
+ * -86 (where 2^n would leave the normal range; e^-86 is 4e-38, nothing next
+ * to the row's largest weight, 1). Branch-free, so a loop of it vectorizes. */
+static inline float exp_neg(float x) {
+    float xc = x < -86.0f ? -86.0f : x;
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+    float n = t - 12582912.0f;
+    int32_t ti;
+    memcpy(&ti, &t, sizeof ti);
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f; /* ln 2 = 0.693359375 - 2.12194440e-4, the product above exact */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t pi;
+    memcpy(&pi, &p, sizeof pi);
+    pi += (ti - 0x4b400000) * (1 << 23); /* the integer n, from t's mantissa */
+    memcpy(&p, &pi, sizeof p);
+    return x < -86.0f ? 0.0f : p;
 }
 
 typedef struct {
+    int32_t s, t0, t1; /* tokens [t0, t1) of sequence s */
+} attn_tile_t;
+
+typedef struct {
     float *out;
-    const float *q, *kc, *vc;
-    const int32_t *positions, *query_start, *block_tables;
-    int64_t S, max_blocks, H, Hkv, D, B;
+    const float *q;
+    const void *kc, *vc;
+    sl_dtype_t kv_dt;
+    const int32_t *positions, *block_tables;
+    const attn_tile_t *tiles;
+    int64_t max_blocks, H, Hkv, D, B;
     float scale;
+    float *scratch; /* per worker: see attn_scratch_floats */
 } attn_args_t;
 
-/* Items i = t * H + h in [i0, i1): one query head of one token each. */
-static void attention_items(void *arg, int64_t i0, int64_t i1, int worker) {
-    (void)worker;
-    const attn_args_t *a = arg;
-    int64_t H = a->H, Hkv = a->Hkv, D = a->D, B = a->B, group = H / Hkv;
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t t = i / H, h = i % H;
-        int64_t s = seq_of_token(a->query_start, a->S, t);
-        const int32_t *table = a->block_tables + s * a->max_blocks;
-        const float *qv = a->q + (t * H + h) * D;
-        int64_t kvh = h / group;
-        float acc[ATTN_MAX_D];
-        float m = -INFINITY, l = 0.0f;
-        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-        for (int64_t p = 0; p <= a->positions[t]; p++) {
-            int64_t slot = (int64_t)table[p / B] * B + p % B;
-            const float *kv = a->kc + (slot * Hkv + kvh) * D;
-            const float *vv = a->vc + (slot * Hkv + kvh) * D;
-            float score = 0.0f;
-#pragma omp simd reduction(+ : score)
-            for (int64_t d = 0; d < D; d++) score += qv[d] * kv[d];
-            score *= a->scale;
-            float m_new = score > m ? score : m;
-            float c = expf(m - m_new), e = expf(score - m_new);
-            l = l * c + e;
+static int64_t attn_scratch_floats(int64_t rows, int64_t D) {
+    return 2 * ATTN_KB * D      /* K and V of a block */
+           + rows * (D + 2)     /* accumulators, running max and sum */
+           + ATTN_KB;           /* one row's scores, then weights */
+}
+
+/* Row r of the block's contiguous copy: the cache row of key position p. */
+static inline void gather_row(float *dst, const void *cache, sl_dtype_t dt, int64_t slot, int64_t Hkv,
+                              int64_t g, int64_t D) {
+    size_t off = (size_t)((slot * Hkv + g) * D);
+    if (dt == DTYPE_BF16) {
+        const uint16_t *src = (const uint16_t *)cache + off;
 #pragma omp simd
-            for (int64_t d = 0; d < D; d++) acc[d] = acc[d] * c + e * vv[d];
-            m = m_new;
-        }
-        float *o = a->out + (t * H + h) * D;
-        for (int64_t d = 0; d < D; d++) o[d] = acc[d] / l;
+        for (int64_t d = 0; d < D; d++) dst[d] = bf16_to_f32(src[d]);
+    } else {
+        memcpy(dst, (const float *)cache + off, (size_t)D * sizeof(float));
     }
+}
+
+/* 16 fp32 lanes in GCC's vector extension: one zmm register at avx512, two
+ * ymm at avx2, four xmm in the portable build, from the same source. */
+typedef float v16 __attribute__((vector_size(64)));
+/* Helpers taking and returning v16 are always inlined into the per-level
+ * functions, so no vector crosses a call and the psABI note does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define V16_FN static inline __attribute__((always_inline))
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+V16_FN v16 v16_load(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+V16_FN v16 v16_select(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & mask) | ((v16i)b & ~mask)); }
+V16_FN float v16_max(v16 v) {
+    float m = v[0];
+    for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+V16_FN float v16_sum(v16 v) {
+    v16 h = v;
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += h[i];
+    return s;
+}
+/* exp_neg on 16 lanes. */
+V16_FN v16 v16_exp_neg(v16 x) {
+    const v16 lo = (v16){0} - 86.0f;
+    v16i under = x < lo;
+    v16 xc = v16_select(under, lo, x);
+    v16 t = xc * 1.44269504088896341f + 12582912.0f;
+    v16 n = t - 12582912.0f;
+    v16 r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    v16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    v16i pi = (v16i)p + ((v16i)t - 0x4b400000) * (1 << 23);
+    return (v16)(pi & ~under);
+}
+
+#define KB_V (ATTN_KB / 16)
+
+/* The vector form, for D a multiple of 16: K is gathered transposed (kt[d][j],
+ * ATTN_KB keys a row), so a row's 64 scores are 4 vector accumulators, D FMAs
+ * each; P V keeps a 16-wide slice of the output row in a register over the
+ * block's keys. */
+static inline __attribute__((always_inline)) void attention_item_v16(const attn_args_t *a, int64_t item,
+                                                                      float *scratch) {
+    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv;
+    const attn_tile_t *tile = &a->tiles[item / a->Hkv];
+    const int64_t g = item % a->Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
+    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
+    float *kt = scratch, *vb = kt + ATTN_KB * D, *acc = vb + ATTN_KB * D;
+    float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
+    float krow[ATTN_MAX_D];
+
+    int32_t last = 0;
+    for (int64_t i = 0; i < nt; i++)
+        if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
+    for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
+    memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
+    v16 lane;
+    for (int i = 0; i < 16; i++) lane[i] = (float)i;
+
+    for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
+        int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
+        for (int64_t j = 0; j < nk; j++) {
+            int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
+            gather_row(krow, a->kc, a->kv_dt, slot, a->Hkv, g, D);
+            for (int64_t d = 0; d < D; d++) kt[d * ATTN_KB + j] = krow[d];
+            gather_row(vb + j * D, a->vc, a->kv_dt, slot, a->Hkv, g, D);
+        }
+        if (nk < ATTN_KB)
+            for (int64_t d = 0; d < D; d++) memset(kt + d * ATTN_KB + nk, 0, (size_t)(ATTN_KB - nk) * sizeof *kt);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t t = tile->t0 + r / group, h = g * group + r % group;
+            int64_t n = a->positions[t] + 1 - p0;
+            if (n <= 0) continue;
+            if (n > nk) n = nk;
+            const float *qv = a->q + (t * a->H + h) * D;
+            v16 sc[KB_V] = {0};
+            for (int64_t d = 0; d < D; d++) {
+                const float *kd = kt + d * ATTN_KB;
+                for (int c = 0; c < KB_V; c++) sc[c] += qv[d] * v16_load(kd + 16 * c);
+            }
+            float mx = mrow[r];
+            for (int c = 0; c < KB_V; c++) {
+                v16i seen = lane + (float)(16 * c) < (float)n;
+                sc[c] = v16_select(seen, sc[c] * a->scale, (v16){0} - INFINITY);
+                float m = v16_max(sc[c]);
+                mx = m > mx ? m : mx;
+            }
+            v16 sum = {0};
+            for (int c = 0; c < KB_V; c++) {
+                v16 e = v16_exp_neg(sc[c] - mx);
+                sum += e;
+                memcpy(w + 16 * c, &e, sizeof e);
+            }
+            float cr = exp_neg(mrow[r] - mx), *o = acc + r * D;
+            lrow[r] = lrow[r] * cr + v16_sum(sum);
+            mrow[r] = mx;
+            for (int64_t d0 = 0; d0 < D; d0 += 16) {
+                v16 ov = v16_load(o + d0) * cr;
+                for (int64_t j = 0; j < n; j++) ov += w[j] * v16_load(vb + j * D + d0);
+                memcpy(o + d0, &ov, sizeof ov);
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = tile->t0 + r / group, h = g * group + r % group;
+        float *o = a->out + (t * a->H + h) * D, inv = 1.0f / lrow[r];
+        for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] * inv;
+    }
+}
+
+/* The plain form, any D. */
+/* One tile x KV head: items i = tile * Hkv + g. */
+static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
+                                                                  float *scratch) {
+    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv;
+    const attn_tile_t *tile = &a->tiles[item / a->Hkv];
+    const int64_t g = item % a->Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
+    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
+    float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
+    float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
+
+    int32_t last = 0; /* the tile's largest position: keys beyond it are seen by no row */
+    for (int64_t i = 0; i < nt; i++)
+        if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
+    for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
+    memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
+
+    for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
+        int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
+        for (int64_t j = 0; j < nk; j++) {
+            int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
+            gather_row(kb + j * D, a->kc, a->kv_dt, slot, a->Hkv, g, D);
+            gather_row(vb + j * D, a->vc, a->kv_dt, slot, a->Hkv, g, D);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t t = tile->t0 + r / group, h = g * group + r % group;
+            int64_t n = a->positions[t] + 1 - p0; /* keys of this block row r sees */
+            if (n <= 0) continue;
+            if (n > nk) n = nk;
+            const float *qv = a->q + (t * a->H + h) * D;
+            float mx = mrow[r];
+            for (int64_t j = 0; j < n; j++) {
+                const float *kv = kb + j * D;
+                float sc = 0.0f;
+#pragma omp simd reduction(+ : sc)
+                for (int64_t d = 0; d < D; d++) sc += qv[d] * kv[d];
+                w[j] = sc * a->scale;
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; j++) {
+                w[j] = exp_neg(w[j] - mx);
+                sum += w[j];
+            }
+            float c = exp_neg(mrow[r] - mx), *o = acc + r * D;
+            lrow[r] = lrow[r] * c + sum;
+            mrow[r] = mx;
+#pragma omp simd
+            for (int64_t d = 0; d < D; d++) o[d] *= c;
+            for (int64_t j = 0; j < n; j++) {
+                const float *vv = vb + j * D;
+                float wj = w[j];
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) o[d] += wj * vv[d];
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = tile->t0 + r / group, h = g * group + r % group;
+        float *o = a->out + (t * a->H + h) * D, inv = 1.0f / lrow[r];
+        for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] * inv;
+    }
+}
+
+#define ATTN_ITEMS_FN(name, target)                                                     \
+    target static void name(void *arg, int64_t i0, int64_t i1, int worker) {            \
+        const attn_args_t *a = arg;                                                     \
+        int64_t rows = ATTN_QT * (a->H / a->Hkv);                                       \
+        float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
+        for (int64_t i = i0; i < i1; i++) {                                             \
+            if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                      \
+            else attention_item(a, i, scratch);                                         \
+        }                                                                               \
+    }
+
+ATTN_ITEMS_FN(items_portable, )
+#if defined(__x86_64__) && defined(__GNUC__)
+ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma"))))
+ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma"))))
+#endif
+
+void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
+                      const int32_t *positions, const int32_t *query_start,
+                      const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
+                      int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
+    SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0 && (kv_dt == DTYPE_F32 || kv_dt == DTYPE_BF16));
+    (void)T;
+    int64_t n_tiles = 0;
+    for (int64_t s = 0; s < S; s++) n_tiles += (query_start[s + 1] - query_start[s] + ATTN_QT - 1) / ATTN_QT;
+    attn_tile_t *tiles = sl_malloc((size_t)(n_tiles ? n_tiles : 1) * sizeof *tiles);
+    int64_t n = 0, work = 0;
+    for (int64_t s = 0; s < S; s++) {
+        for (int32_t t0 = query_start[s]; t0 < query_start[s + 1]; t0 += ATTN_QT) {
+            int32_t t1 = t0 + ATTN_QT < query_start[s + 1] ? t0 + ATTN_QT : query_start[s + 1];
+            tiles[n++] = (attn_tile_t){(int32_t)s, t0, t1};
+            work += (int64_t)(t1 - t0) * (positions[t1 - 1] + 1);
+        }
+    }
+    int nt = parallel_n_threads();
+    int64_t rows = ATTN_QT * (H / Hkv);
+    attn_args_t a = {out, q, kc, vc, kv_dt, positions, block_tables, tiles, max_blocks, H, Hkv, D, B, scale,
+                     sl_malloc((size_t)nt * (size_t)attn_scratch_floats(rows, D) * sizeof(float))};
+    parallel_fn_t fn = items_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+    cpu_isa_t isa = cpu_isa();
+    fn = isa >= CPU_ISA_AVX512 ? items_avx512 : isa == CPU_ISA_AVX2 ? items_avx2 : items_portable;
+#endif
+    cpu_parallel_for(work * H * D, n_tiles * Hkv, 0, fn, &a);
+    free(a.scratch);
+    free(tiles);
 }
 
 void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,
                    const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
-    SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0);
-    attn_args_t a = {out, q, kc, vc, positions, query_start, block_tables, S, max_blocks, H, Hkv, D, B, scale};
-    /* The work is about T * H * D * (context): bound the context by the block tables. */
-    cpu_parallel_for(T * H * D * max_blocks * B, T * H, 0, attention_items, &a);
+    cpu_attention_kv(out, q, kc, vc, DTYPE_F32, positions, query_start, block_tables, S, max_blocks, T, H,
+                     Hkv, D, B, scale);
 }

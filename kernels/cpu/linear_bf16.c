@@ -226,6 +226,34 @@ ROWS_FN(rows_portable, tile_portable, float, 1, )
 
 /* ---- the op ---------------------------------------------------------------- */
 
+#ifdef HAVE_X86_LEVELS
+/* Rows of x rounded to bf16 pairs (nearest even, as f32_to_bf16; the
+ * instruction also flushes denormals to zero, as vdpbf16ps would). */
+typedef struct {
+    uint32_t *xb;
+    const float *x;
+    int64_t K, kp2;
+} round_args_t;
+
+TARGET_BF16 static void round_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    const round_args_t *a = arg;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = a->x + t * a->K;
+        uint32_t *dst = a->xb + t * a->kp2;
+        int64_t k = 0;
+        for (; k + 32 <= a->K; k += 32) {
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + k + 16), _mm512_loadu_ps(xr + k));
+            _mm512_storeu_si512(dst + k / 2, (__m512i)v);
+        }
+        for (; k < a->K; k += 2) {
+            uint32_t hi = k + 1 < a->K ? f32_to_bf16(xr[k + 1]) : 0;
+            dst[k / 2] = f32_to_bf16(xr[k]) | hi << 16;
+        }
+    }
+}
+#endif
+
 typedef struct {
     float *out;
     const void *x;      /* activations as the level reads them */
@@ -256,13 +284,8 @@ void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int
     if (isa == CPU_ISA_AVX512_BF16) {
         /* The activations as bf16 pairs, rounded once for every panel. */
         uint32_t *xb = scratch = sl_malloc((size_t)T * (size_t)kp2 * sizeof *xb);
-        for (int64_t t = 0; t < T; t++) {
-            const float *xr = in + t * K;
-            for (int64_t kp = 0; kp < kp2; kp++) {
-                uint32_t hi = 2 * kp + 1 < K ? f32_to_bf16(xr[2 * kp + 1]) : 0;
-                xb[t * kp2 + kp] = f32_to_bf16(xr[2 * kp]) | hi << 16;
-            }
-        }
+        round_args_t r = {xb, in, K, kp2};
+        cpu_parallel_for(T * K, T, 0, round_rows, &r);
         a.x = xb, a.ldx = kp2, a.rows = rows_avx512_bf16;
     } else if (isa == CPU_ISA_AVX512) {
         a.rows = rows_avx512;

@@ -59,6 +59,11 @@ void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,
                    const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale);
+/* The same with the cache in kv_dt (F32 or BF16), widened to fp32 as it is read. */
+void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
+                      const int32_t *positions, const int32_t *query_start,
+                      const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
+                      int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale);
 /* out(n) = silu(g) * u */
 void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n);
 /* x(n) += y(n) */

@@ -8,9 +8,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_isa.h"
 #include "ops_cpu.h"
 #include "servelab/core.h"
 #include "servelab/ops.h"
@@ -38,9 +40,24 @@ static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *
     (void)ctx;
     cpu_rmsnorm(out, in, w->data, w->dtype, T, w->cols, eps);
 }
+/* bf16 linears run on a packed copy (linear_bf16.c), made once at load. */
+static void *op_pack_linear(void *ctx, const sl_weight_t *w, size_t *n_bytes) {
+    if (w->dtype != DTYPE_BF16) return NULL;
+    *n_bytes = cpu_bf16_packed_bytes(w->rows, w->cols);
+    void *p = cpu_alloc(ctx, *n_bytes);
+    if (!p) sl_die("out of memory packing a %lld x %lld weight (%zu bytes)", (long long)w->rows,
+                   (long long)w->cols, *n_bytes);
+    cpu_bf16_pack(p, w->data, w->rows, w->cols);
+    return p;
+}
+
+static void linear(float *out, const float *in, const sl_weight_t *w, int64_t T) {
+    if (w->packed) cpu_linear_bf16_packed(out, in, w->packed, T, w->rows, w->cols);
+    else cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);
+}
 static void op_linear(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T) {
     (void)ctx;
-    cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);
+    linear(out, in, w, T);
 }
 static void op_rope(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H,
                     int64_t Hkv, int64_t D, float theta, float scale) {
@@ -75,7 +92,7 @@ static void op_gather_rows(void *ctx, void *out, const void *in, const int32_t *
 static void op_logits(void *ctx, float *host_logits, const void *in, const sl_weight_t *w,
                       int64_t S) {
     (void)ctx;
-    cpu_linear(host_logits, in, w->data, w->dtype, S, w->rows, w->cols);
+    linear(host_logits, in, w, S);
 }
 
 /* Sampling: rows are independent, so they split over the pool; each thread
@@ -150,6 +167,7 @@ static const sl_ops_t cpu_ops = {
     .logits = op_logits,
     .sample = op_sample,
     /* The unfused sequence is the reference, and CPU ops cannot fail. */
+    .pack_linear = op_pack_linear,
     .add_rmsnorm = NULL,
     .rope_kv_write = NULL,
     .last_error = NULL,
@@ -157,5 +175,10 @@ static const sl_ops_t cpu_ops = {
 
 const sl_ops_t *cpu_backend_init(int n_threads) {
     parallel_set_threads(n_threads);
+    static atomic_flag logged = ATOMIC_FLAG_INIT;
+    cpu_isa_t isa = cpu_isa();
+    if (!atomic_flag_test_and_set(&logged))
+        LOG_INFO("CPU kernels: %s (detected %s)%s", cpu_isa_name(isa), cpu_isa_name(cpu_isa_detect()),
+                 isa == CPU_ISA_AVX512_BF16 ? "; bf16 linears round activations to bf16 (vdpbf16ps)" : "");
     return &cpu_ops;
 }

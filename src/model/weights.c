@@ -202,6 +202,49 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     return 0;
 }
 
+/* The backend's packed copy of a linear weight (ops->pack_linear), which
+ * its linear op reads from then on. The plain layout is released unless
+ * something else reads it (the embedding, when the LM head is tied to it):
+ * a buffer of ours is freed, pages of the mapped checkpoint are dropped (they
+ * are the file's, and come back from it if touched). */
+static void pack_linear(loader_t *L, sl_weight_t *wt, bool keep_plain) {
+    size_t n_bytes = 0;
+    void *p = L->ops->pack_linear(L->ops->ctx, wt, &n_bytes);
+    if (!p) return;
+    own(L->w, p);
+    wt->packed = p;
+    L->w->n_packed_bytes += n_bytes;
+    if (keep_plain) return;
+    size_t plain = (size_t)(wt->rows * wt->cols) * dtype_size(wt->dtype);
+    for (int i = 0; i < L->w->n_owned; i++) {
+        if (L->w->owned[i] != wt->data) continue;
+        if (L->ops->host_memory) free(L->w->owned[i]);
+        else L->ops->free(L->ops->ctx, L->w->owned[i]);
+        L->w->owned[i] = L->w->owned[--L->w->n_owned];
+        wt->data = NULL;
+        return;
+    }
+    uintptr_t lo = ((uintptr_t)wt->data + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)wt->data + plain) & ~(uintptr_t)4095;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static int pack_linears(loader_t *L, sl_err_t *err) {
+    (void)err;
+    if (!L->ops->pack_linear) return 0;
+    llama_weights_t *w = L->w;
+    for (int64_t i = 0; i < L->cfg->n_layers; i++) {
+        llama_layer_t *ly = &w->layers[i];
+        sl_weight_t *lin[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++) pack_linear(L, lin[j], false);
+    }
+    pack_linear(L, &w->lm_head, L->cfg->tie_word_embeddings);
+    if (w->n_packed_bytes)
+        LOG_INFO("Linear weights repacked for the %s backend's kernels: %.2f GiB", L->ops->name,
+                 (double)w->n_packed_bytes / (1 << 30));
+    return 0;
+}
+
 int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_t *ops,
                  const model_load_opts_t *opts, llama_weights_t *w, sl_err_t *err) {
     memset(w, 0, sizeof *w);
@@ -245,6 +288,7 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_
     } else if (load(&L, "lm_head.weight", V, hid, 4.0f * s_hid, 0.0f, &w->lm_head, err)) {
         goto fail;
     }
+    if (pack_linears(&L, err)) goto fail;
     if (opts->load_format != LOAD_FORMAT_DUMMY && L.n_used < w->archive.n_tensors) {
         int tied_extra = cfg->tie_word_embeddings && st_find(&w->archive, "lm_head.weight");
         if (w->archive.n_tensors - L.n_used > tied_extra)

@@ -2,25 +2,41 @@
 """Check servelab's greedy output against golden data recorded with transformers.
 
 Runs `servelab generate --json --temperature 0 --ignore-eos` on every golden
-prompt, once with the default prefill budget and once with a 7-token budget
-and 4 sequences per step (so prompts are prefilled in chunks that straddle
-KV blocks, mixed with other prompts' decodes), and checks:
+prompt, in the golden's dtype (float32: the checkpoint's bf16 weights widened),
+once with the default prefill budget and once with a 7-token budget and 4
+sequences per step (so prompts are prefilled in chunks that straddle KV
+blocks, mixed with other prompts' decodes); then in the checkpoint's own dtype
+(bf16 weights, the CPU's packed bf16 linears) at the best ISA level that keeps
+activations in fp32 (SERVELAB_CPU_ISA: avx512_bf16 would round them to bf16,
+which tests/golden/check_bf16_agreement.py covers), and checks:
 prompt token ids identical (our tokenizer = transformers'), generated token ids
 identical, and each chosen token's logprob within --atol of transformers'.
 Prints one line per prompt and a final "N passed, N failed".
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 
 
-def run(servelab, model, cases, max_tokens, extra):
+def exact_isa():
+    """The best SERVELAB_CPU_ISA level whose bf16 linears keep fp32 activations."""
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "portable"
+    if {"avx512f", "avx512bw", "avx512vl", "avx2", "fma"} <= set(flags):
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= set(flags) else "portable"
+
+
+def run(servelab, model, cases, max_tokens, extra, env=None):
     cmd = [servelab, "generate", model, "--device", "cpu", "--json", "--temperature", "0", "--ignore-eos",
            "--max-tokens", str(max_tokens)] + extra
     for c in cases:
         cmd += ["--prompt", c["prompt"]]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if res.returncode != 0:
         sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr}")
     return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
@@ -36,8 +52,13 @@ def main():
     golden = json.load(open(args.golden, encoding="utf-8"))
     cases = golden["cases"]
     passed = failed = 0
-    for label, extra in [("default budget", []), ("7-token budget, 4 seqs", ["--max-num-batched-tokens", "7", "--max-num-seqs", "4"])]:
-        outs = run(args.servelab, args.model, cases, golden["max_tokens"], extra)
+    dtype = ["--dtype", golden["dtype"]]
+    exact_env = dict(os.environ, SERVELAB_CPU_ISA=exact_isa())
+    runs = [("default budget", dtype, None),
+            ("7-token budget, 4 seqs", dtype + ["--max-num-batched-tokens", "7", "--max-num-seqs", "4"], None),
+            (f"checkpoint dtype, {exact_env['SERVELAB_CPU_ISA']}", [], exact_env)]
+    for label, extra, env in runs:
+        outs = run(args.servelab, args.model, cases, golden["max_tokens"], extra, env)
         if len(outs) != len(cases):
             print(f"FAIL {label}: {len(outs)} outputs for {len(cases)} prompts")
             failed += 1
