@@ -1,0 +1,190 @@
+/* test_cpu_kernels.c - the CPU kernels that come in ISA levels (cpu_isa.h),
+ * each level against a double-precision reference, on this machine.
+ *
+ * Every level this CPU supports runs (SERVELAB_CPU_ISA, set here); the ones
+ * it does not are named as not run. Shapes are odd on purpose: N not a
+ * multiple of the 32-feature panel, K odd (a padded pair) and not a multiple
+ * of the vector width, T of 1, a partial 8-row tile, several tiles.
+ * References: the packed bf16 linear at the fp32 levels is the exact sum of
+ * bf16 weights times fp32 activations; at avx512_bf16 the same sum with the
+ * activations rounded to bf16 first (what vdpbf16ps multiplies); both to
+ * fp32 accumulation error. Attention: softmax(q k^T scale) v in double over
+ * a paged cache, fp32 or bf16 (the reference reads the bf16 values).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_isa.h"
+#include "ops_cpu.h"
+#include "servelab/core.h"
+#include "test.h"
+
+static float *rand_floats(int64_t n, float scale) {
+    float *x = sl_malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = scale * test_uniform();
+    return x;
+}
+
+/* Forces a level; 0 if this CPU does not have it. */
+static int use_isa(cpu_isa_t isa) {
+    if (isa > cpu_isa_detect()) return 0;
+    setenv("SERVELAB_CPU_ISA", cpu_isa_name(isa), 1);
+    cpu_isa_reload();
+    return cpu_isa() == isa;
+}
+
+static void report_missing_levels(void) {
+    for (int i = cpu_isa_detect() + 1; i < CPU_ISA_COUNT; i++)
+        printf("  level %s: not on this CPU, not run\n", cpu_isa_name((cpu_isa_t)i));
+}
+
+static const struct { int64_t T, N, K; } linear_cases[] = {
+    {1, 67, 131}, {3, 32, 2}, {8, 33, 1}, {9, 301, 1031}, {17, 64, 64}, {40, 31, 255}, {1, 8192, 96},
+};
+
+static void test_packed_bf16_linear_matches_double_at_every_level(void) {
+    for (size_t ci = 0; ci < sizeof linear_cases / sizeof linear_cases[0]; ci++) {
+        int64_t T = linear_cases[ci].T, N = linear_cases[ci].N, K = linear_cases[ci].K;
+        float *x = rand_floats(T * K, 1.0f), *wf = rand_floats(N * K, 0.1f);
+        uint16_t *w = sl_malloc((size_t)(N * K) * sizeof *w);
+        for (int64_t i = 0; i < N * K; i++) w[i] = f32_to_bf16(wf[i]);
+        void *packed = sl_malloc(cpu_bf16_packed_bytes(N, K));
+        cpu_bf16_pack(packed, w, N, K);
+        float *out = sl_malloc((size_t)(T * N) * sizeof *out), *first = sl_malloc((size_t)(T * N) * sizeof *first);
+        double *ref = sl_malloc((size_t)(T * N) * sizeof *ref);
+        int have_first = 0;
+        for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+            if (!use_isa((cpu_isa_t)isa)) continue;
+            int rounds = isa == CPU_ISA_AVX512_BF16;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t n = 0; n < N; n++) {
+                    double acc = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        float xv = rounds ? bf16_to_f32(f32_to_bf16(x[t * K + k])) : x[t * K + k];
+                        acc += (double)xv * bf16_to_f32(w[n * K + k]);
+                    }
+                    ref[t * N + n] = acc;
+                }
+            memset(out, 0xff, (size_t)(T * N) * sizeof *out);
+            cpu_linear_bf16_packed(out, x, packed, T, N, K);
+            char what[96];
+            snprintf(what, sizeof what, "%s T=%lld N=%lld K=%lld", cpu_isa_name((cpu_isa_t)isa), (long long)T,
+                     (long long)N, (long long)K);
+            check_close(what, out, ref, T * N, 1e-5, 1e-5);
+            /* The fp32 levels compute the same FMA chain per output: equal bits. */
+            if (!rounds && have_first) CHECK(!memcmp(out, first, (size_t)(T * N) * sizeof *out));
+            if (!rounds && !have_first) memcpy(first, out, (size_t)(T * N) * sizeof *out), have_first = 1;
+            /* A row's outputs do not depend on the other rows of the call. */
+            float *one = sl_malloc((size_t)N * sizeof *one);
+            for (int64_t t = 0; t < T; t += T > 3 ? T / 3 : 1) {
+                cpu_linear_bf16_packed(one, x + t * K, packed, 1, N, K);
+                CHECK(!memcmp(one, out + t * N, (size_t)N * sizeof *one));
+            }
+            free(one);
+        }
+        free(x), free(wf), free(w), free(packed), free(out), free(first), free(ref);
+    }
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+    report_missing_levels();
+}
+
+/* The packed layout itself: feature n, column k of the weight is the low
+ * (k even) or high (k odd) half of packed[n / 32][k / 2][n % 32]; padding is 0. */
+static void test_pack_layout(void) {
+    int64_t N = 45, K = 7, kp2 = 4;
+    uint16_t w[45 * 7];
+    for (int64_t i = 0; i < N * K; i++) w[i] = (uint16_t)(i + 1);
+    CHECK_EQ_INT((int)cpu_bf16_packed_bytes(N, K), 2 * 32 * 4 * 4);
+    uint32_t *p = sl_malloc(cpu_bf16_packed_bytes(N, K));
+    cpu_bf16_pack(p, w, N, K);
+    int bad = 0;
+    for (int64_t n = 0; n < 64; n++)
+        for (int64_t k = 0; k < 2 * kp2; k++) {
+            uint32_t u = p[(n / 32 * kp2 + k / 2) * 32 + n % 32];
+            uint16_t got = k % 2 ? (uint16_t)(u >> 16) : (uint16_t)u;
+            uint16_t want = n < N && k < K ? w[n * K + k] : 0;
+            bad += got != want;
+        }
+    CHECK_EQ_INT(bad, 0);
+    free(p);
+}
+
+static void test_attention_matches_double_at_every_level(void) {
+    /* D = 24 takes the plain loop, the others the 16-lane form; contexts
+     * cross the 64-key block and the 32-token tile; GQA 3:1. */
+    static const int64_t dims[] = {16, 24, 64};
+    const int64_t H = 6, Hkv = 2, B = 16, S = 3, max_blocks = 12, n_blocks = 40;
+    int32_t ctx_len[3] = {150, 5, 97}, n_new[3] = {70, 5, 1};
+    int32_t tables[3 * 12], perm[40];
+    for (int i = 0; i < 40; i++) perm[i] = i;
+    for (int i = 39; i > 1; i--) {
+        int j = 1 + (int)(test_rng() % (uint64_t)i), tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    for (int i = 0; i < S * max_blocks; i++) tables[i] = perm[1 + i % 39];
+    int32_t qs[4] = {0, 70, 75, 76}, positions[76];
+    int64_t T = 76;
+    for (int s = 0, t = 0; s < S; s++)
+        for (int i = 0; i < n_new[s]; i++) positions[t++] = ctx_len[s] - n_new[s] + i;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int64_t D = dims[di], n_slots = n_blocks * B * Hkv * D;
+        float *kc = rand_floats(n_slots, 1.0f), *vc = rand_floats(n_slots, 1.0f), *q = rand_floats(T * H * D, 1.0f);
+        uint16_t *kb = sl_malloc((size_t)n_slots * 2), *vb = sl_malloc((size_t)n_slots * 2);
+        for (int64_t i = 0; i < n_slots; i++) kb[i] = f32_to_bf16(kc[i]), vb[i] = f32_to_bf16(vc[i]);
+        float *out = sl_malloc((size_t)(T * H * D) * sizeof *out);
+        double *ref = sl_malloc((size_t)(T * H * D) * sizeof *ref), scale = 1.0 / sqrt((double)D);
+        for (int bf = 0; bf < 2; bf++) {
+            for (int s = 0; s < S; s++)
+                for (int64_t t = qs[s]; t < qs[s + 1]; t++)
+                    for (int64_t h = 0; h < H; h++) {
+                        int64_t g = h / (H / Hkv), n = positions[t] + 1;
+                        double *sc = sl_malloc((size_t)n * sizeof *sc), mx = -INFINITY, sum = 0;
+                        for (int64_t p = 0; p < n; p++) {
+                            int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B, o = (slot * Hkv + g) * D;
+                            double dot = 0;
+                            for (int64_t d = 0; d < D; d++)
+                                dot += (double)q[(t * H + h) * D + d] * (bf ? bf16_to_f32(kb[o + d]) : kc[o + d]);
+                            sc[p] = dot * scale;
+                            mx = sc[p] > mx ? sc[p] : mx;
+                        }
+                        for (int64_t p = 0; p < n; p++) sum += (sc[p] = exp(sc[p] - mx));
+                        for (int64_t d = 0; d < D; d++) {
+                            double acc = 0;
+                            for (int64_t p = 0; p < n; p++) {
+                                int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B, o = (slot * Hkv + g) * D;
+                                acc += sc[p] / sum * (bf ? bf16_to_f32(vb[o + d]) : vc[o + d]);
+                            }
+                            ref[(t * H + h) * D + d] = acc;
+                        }
+                        free(sc);
+                    }
+            for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+                if (!use_isa((cpu_isa_t)isa)) continue;
+                memset(out, 0xff, (size_t)(T * H * D) * sizeof *out);
+                cpu_attention_kv(out, q, bf ? (const void *)kb : kc, bf ? (const void *)vb : vc,
+                                 bf ? DTYPE_BF16 : DTYPE_F32, positions, qs, tables, S, max_blocks, T, H, Hkv, D, B,
+                                 (float)scale);
+                char what[96];
+                snprintf(what, sizeof what, "%s D=%lld kv %s", cpu_isa_name((cpu_isa_t)isa), (long long)D,
+                         bf ? "bf16" : "f32");
+                check_close(what, out, ref, T * H * D, 1e-5, 1e-4);
+            }
+        }
+        free(kc), free(vc), free(q), free(kb), free(vb), free(out), free(ref);
+    }
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+    report_missing_levels();
+}
+
+int main(void) {
+    test_seed();
+    printf("  this CPU: %s\n", cpu_isa_name(cpu_isa_detect()));
+    RUN(test_pack_layout);
+    RUN(test_packed_bf16_linear_matches_double_at_every_level);
+    RUN(test_attention_matches_double_at_every_level);
+    return test_summary();
+}
