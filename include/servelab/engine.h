@@ -105,6 +105,10 @@ void engine_free(engine_t *e);
  * --dtype when given; auto keeps a bf16 checkpoint in bf16 and runs fp32 and
  * fp16 checkpoints in fp16. */
 sl_dtype_t engine_cuda_act_dtype(const model_load_opts_t *load, const model_config_t *mc);
+/* The CPU KV cache's dtype, vLLM's --kv-cache-dtype auto (the model's dtype:
+ * --dtype, or the checkpoint's torch_dtype): bf16 for a bf16 model, else fp32
+ * (the CPU keeps no f16 cache; f16 models compute in fp32 there). */
+sl_dtype_t engine_cpu_kv_dtype(const model_load_opts_t *load, const model_config_t *mc);
 
 /* What the engine was built with: the resolved config (max_model_len,
  * budget, KV bytes), the model (weights, config) and tokenizer it owns, and

@@ -46,7 +46,9 @@ typedef struct sl_ops sl_ops_t;
 struct sl_ops {
     const char *name;       /* "cpu", "cuda" */
     void *ctx;
-    sl_dtype_t act_dtype;   /* activations and KV cache */
+    sl_dtype_t act_dtype;   /* activations */
+    sl_dtype_t kv_dtype;    /* the KV cache: act_dtype, or on CPU the model's bf16 (as vLLM's
+                               --kv-cache-dtype auto), whose rows kv_write rounds */
     int host_memory;        /* backend memory is host memory: mapped weights are used in place */
 
     /* Memory. alloc returns NULL when the backend is out of memory. */
@@ -151,6 +153,10 @@ struct sl_ops {
 /* The CPU backend. `n_threads` sets the size of the process's worker pool
  * (servelab/parallel.h); <= 0: the CPUs this process may run on. */
 const sl_ops_t *cpu_backend_init(int n_threads);
+/* The same with the KV cache in kv_dtype (F32 or BF16). */
+const sl_ops_t *cpu_backend_init_kv(int n_threads, sl_dtype_t kv_dtype);
+/* One INFO line: the CPU kernels' ISA level (cpu_isa.h) and the KV cache dtype. */
+void cpu_backend_log_kernels(const sl_ops_t *ops);
 
 /* ---- The CUDA backend (src/backend/cuda_backend.c) -------------------------
  * Declared always, defined only in builds with SERVELAB_HAVE_CUDA (callers

@@ -105,12 +105,17 @@ void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H
 
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
                   const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
-    size_t row = (size_t)(Hkv * D);
+    cpu_kv_write_dt(kc, vc, DTYPE_F32, k, v, slot_mapping, T, Hkv, D);
+}
+
+void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, const float *k, const float *v,
+                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
+    size_t row = (size_t)(Hkv * D), row_bytes = row * dtype_size(kv_dt);
     for (int64_t t = 0; t < T; t++) {
         int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
-        memcpy(kc + (size_t)slot * row, k + (size_t)t * row, row * sizeof(float));
-        memcpy(vc + (size_t)slot * row, v + (size_t)t * row, row * sizeof(float));
+        dtype_from_f32((uint8_t *)kc + (size_t)slot * row_bytes, k + (size_t)t * row, kv_dt, (int64_t)row);
+        dtype_from_f32((uint8_t *)vc + (size_t)slot * row_bytes, v + (size_t)t * row, kv_dt, (int64_t)row);
     }
 }
 

@@ -54,6 +54,9 @@ void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H
 /* kc/vc (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); slot < 0 skips the token. */
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
                   const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
+/* The same into a cache of kv_dt (F32 or BF16, rounded to nearest even). */
+void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, const float *k, const float *v,
+                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
 /* out(T, H, D); see ops.h for the meaning. */
 void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,

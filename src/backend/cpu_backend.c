@@ -5,10 +5,14 @@
  * Threads: the process's worker pool (servelab/parallel.h); `n_threads` is
  * the pool's size, so it holds on whichever thread runs the ops (the engine
  * thread, or a test's or benchmark's main thread).
+ * The KV cache is fp32, or bf16 for a bf16 model (cpu_backend_init_kv), as
+ * vLLM's --kv-cache-dtype auto keeps it in the model's dtype: half the bytes
+ * per token, so twice the blocks in the same memory and half the reads in
+ * decode attention. kv_write rounds the fp32 K/V rows to bf16 (nearest even);
+ * attention widens them exactly as it gathers a block. Activations stay fp32.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,17 +68,20 @@ static void op_rope(void *ctx, void *q, void *k, const int32_t *positions, int64
     (void)ctx;
     cpu_rope(q, k, positions, T, H, Hkv, D, theta, scale);
 }
+/* ctx: the KV cache's dtype (the two tables below differ only there). */
+typedef struct {
+    sl_dtype_t kv_dtype;
+} cpu_ctx_t;
+
 static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v,
                         const int64_t *slots, int64_t T, int64_t Hkv, int64_t D) {
-    (void)ctx;
-    cpu_kv_write(kc, vc, k, v, slots, T, Hkv, D);
+    cpu_kv_write_dt(kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, k, v, slots, T, Hkv, D);
 }
 static void op_attention(void *ctx, void *out, const void *q, const void *kc, const void *vc,
                          const sl_attn_meta_t *m, int64_t H, int64_t Hkv, int64_t D,
                          int64_t block_size, float scale) {
-    (void)ctx;
-    cpu_attention(out, q, kc, vc, m->positions, m->query_start, m->block_tables, m->n_seqs,
-                  m->max_blocks, m->n_tokens, H, Hkv, D, block_size, scale);
+    cpu_attention_kv(out, q, kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, m->positions, m->query_start,
+                     m->block_tables, m->n_seqs, m->max_blocks, m->n_tokens, H, Hkv, D, block_size, scale);
 }
 static void op_silu_mul(void *ctx, void *out, const void *g, const void *u, int64_t n) {
     (void)ctx;
@@ -145,10 +152,13 @@ static void op_sample(void *ctx, const float *logits, int64_t n, int64_t V, cons
     cpu_parallel_for(n * V, n, 0, sample_rows, &a);
 }
 
-static const sl_ops_t cpu_ops = {
+static cpu_ctx_t ctx_f32 = {DTYPE_F32}, ctx_bf16 = {DTYPE_BF16};
+
+static const sl_ops_t cpu_ops_f32 = {
     .name = "cpu",
-    .ctx = NULL,
+    .ctx = &ctx_f32,
     .act_dtype = DTYPE_F32,
+    .kv_dtype = DTYPE_F32,
     .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -173,12 +183,29 @@ static const sl_ops_t cpu_ops = {
     .last_error = NULL,
 };
 
-const sl_ops_t *cpu_backend_init(int n_threads) {
+/* The bf16-KV table: the same ops, their ctx saying bf16. */
+static sl_ops_t cpu_ops_bf16;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static void bf16_table(void) {
+    cpu_ops_bf16 = cpu_ops_f32;
+    cpu_ops_bf16.ctx = &ctx_bf16;
+    cpu_ops_bf16.kv_dtype = DTYPE_BF16;
+}
+
+const sl_ops_t *cpu_backend_init(int n_threads) { return cpu_backend_init_kv(n_threads, DTYPE_F32); }
+
+const sl_ops_t *cpu_backend_init_kv(int n_threads, sl_dtype_t kv_dtype) {
+    SL_ASSERT(kv_dtype == DTYPE_F32 || kv_dtype == DTYPE_BF16);
     parallel_set_threads(n_threads);
-    static atomic_flag logged = ATOMIC_FLAG_INIT;
+    (void)cpu_isa(); /* decided now: an unusable SERVELAB_CPU_ISA stops the process before loading */
+    if (kv_dtype == DTYPE_F32) return &cpu_ops_f32;
+    pthread_once(&bf16_once, bf16_table);
+    return &cpu_ops_bf16;
+}
+
+void cpu_backend_log_kernels(const sl_ops_t *ops) {
     cpu_isa_t isa = cpu_isa();
-    if (!atomic_flag_test_and_set(&logged))
-        LOG_INFO("CPU kernels: %s (detected %s)%s", cpu_isa_name(isa), cpu_isa_name(cpu_isa_detect()),
-                 isa == CPU_ISA_AVX512_BF16 ? "; bf16 linears round activations to bf16 (vdpbf16ps)" : "");
-    return &cpu_ops;
+    LOG_INFO("CPU kernels: %s (this CPU: %s); KV cache dtype %s%s", cpu_isa_name(isa),
+             cpu_isa_name(cpu_isa_detect()), dtype_torch_name(ops->kv_dtype),
+             isa == CPU_ISA_AVX512_BF16 ? "; bf16 linears round activations to bf16 (vdpbf16ps)" : "");
 }

@@ -667,6 +667,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .name = "cuda",
         .ctx = c,
         .act_dtype = c->dt,
+        .kv_dtype = c->dt,
         .host_memory = 0,
         .alloc = cu_alloc,
         .free = cu_free,

@@ -137,10 +137,9 @@ static const sl_ops_t *ppl_backend(const ppl_args_t *a, const model_config_t *mc
         if (a->ea.device == ENGINE_DEVICE_CUDA) sl_die("%s", err.msg);
     }
 #else
-    (void)mc;
     if (a->ea.device == ENGINE_DEVICE_CUDA) sl_die("--device cuda: this build has no CUDA backend");
 #endif
-    return cpu_backend_init(a->ea.threads);
+    return cpu_backend_init_kv(a->ea.threads, engine_cpu_kv_dtype(load, mc));
 }
 
 static int perplexity(ppl_args_t *a) {

@@ -85,6 +85,11 @@ sl_dtype_t engine_cuda_act_dtype(const model_load_opts_t *load, const model_conf
     return mc->torch_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F16;
 }
 
+sl_dtype_t engine_cpu_kv_dtype(const model_load_opts_t *load, const model_config_t *mc) {
+    sl_dtype_t model = load->dtype_auto ? mc->torch_dtype : load->dtype;
+    return model == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+}
+
 /* ---- CUDA -------------------------------------------------------------------- */
 
 #ifdef SERVELAB_HAVE_CUDA
@@ -219,7 +224,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         .device = opts.device, .total_bytes = total, .free_at_start_bytes = free0,
         .gpu_memory_utilization = c->gpu_memory_utilization, .weights_bytes = (int64_t)m.w.n_bytes,
         .activation_peak_bytes = activation,
-        .block_bytes = (int64_t)kv_cache_block_bytes(&m.cfg, B, ops->act_dtype), .block_size = B,
+        .block_bytes = (int64_t)kv_cache_block_bytes(&m.cfg, B, ops->kv_dtype), .block_size = B,
         .max_model_len = L, .num_gpu_blocks_override = c->num_gpu_blocks_override,
         .kv_cache_memory_bytes = c->kv_cache_memory_bytes,
     };
@@ -315,12 +320,13 @@ engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
         return boot_cuda(&c, &mc, &info, err);
     }
 #endif
-    const sl_ops_t *ops = c.ops ? c.ops : cpu_backend_init(c.threads);
+    const sl_ops_t *ops = c.ops ? c.ops : cpu_backend_init_kv(c.threads, engine_cpu_kv_dtype(&c.load, &mc));
     if (c.kv_cache_memory_bytes <= 0) c.kv_cache_memory_bytes = CPU_KV_CACHE_BYTES;
     llama_model_t m;
     tokenizer_t *tok;
     if (load_model(&c, &c.load, ops, &m, &tok, err)) return NULL;
     LOG_INFO("Using device cpu (%s).", cpu_why.msg);
+    cpu_backend_log_kernels(ops);
     double t0 = sl_now_s();
     engine_t *e = assemble(&c, &m, tok, err);
     if (e) LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);

@@ -124,7 +124,7 @@ int kv_cache_init(kv_cache_t *kv, const llama_model_t *m, int64_t n_blocks, int6
     kv->k = sl_calloc((size_t)c->n_layers, sizeof(void *));
     kv->v = sl_calloc((size_t)c->n_layers, sizeof(void *));
     size_t block_bytes = (size_t)block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
-                         dtype_size(m->ops->act_dtype);
+                         dtype_size(m->ops->kv_dtype);
     size_t n_bytes = (size_t)n_blocks * block_bytes;
     /* The null block 0 is zero, so whatever reads it (a padding row of a CUDA
      * graph, a profiling forward) reads finite values. */
