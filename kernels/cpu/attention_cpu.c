@@ -30,6 +30,7 @@
 #define ATTN_MAX_D 512
 #define ATTN_QT 32 /* tokens per tile */
 #define ATTN_KB 64 /* keys per block */
+#define ATTN_PREFETCH 8 /* keys ahead (attention_item_direct) */
 
 /* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
  * argument, 2^n put into the exponent directly. Within 2 ulp of expf; 0 below
@@ -212,6 +213,82 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
     }
 }
 
+/* A K or V row of the cache as 16-lane slices: fp32 as it is, bf16 widened. */
+typedef uint16_t v16h __attribute__((vector_size(32)));
+V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
+    if (dt == DTYPE_F32) return v16_load((const float *)row + d0);
+    v16h h;
+    memcpy(&h, (const uint16_t *)row + d0, sizeof h);
+    return (v16)(__builtin_convertvector(h, v16i) << 16);
+}
+
+/* The direct form, for a few rows (decode: one token, its group's heads): no
+ * gathering, each row reads the K and V rows where they are in the cache,
+ * q . k as D/16 vector FMAs and one horizontal sum per key. Gathering a
+ * block costs as much as one row's work on it, which only a tile of many
+ * rows pays back. */
+static inline __attribute__((always_inline)) void attention_item_direct(const attn_args_t *a, int64_t item,
+                                                                         float *scratch) {
+    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
+    const attn_tile_t *tile = &a->tiles[item / Hkv];
+    const int64_t g = item % Hkv, nt = tile->t1 - tile->t0;
+    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
+    const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
+    float *w = scratch;
+    for (int64_t r = 0; r < nt * group; r++) {
+        int64_t t = tile->t0 + r / group, h = g * group + r % group, n_keys = a->positions[t] + 1;
+        const float *qv = a->q + (t * a->H + h) * D;
+        float m = -INFINITY, l = 0.0f, *o = a->out + (t * a->H + h) * D;
+        v16 acc[ATTN_MAX_D / 16];
+        for (int64_t c = 0; c < D / 16; c++) acc[c] = (v16){0};
+        for (int64_t p0 = 0; p0 < n_keys; p0 += ATTN_KB) {
+            int64_t n = n_keys - p0 < ATTN_KB ? n_keys - p0 : ATTN_KB;
+            float mx = m;
+            /* The rows of a head are Hkv * D apart and blocks scattered, so the
+             * hardware prefetcher does not see them coming: ask for the K row
+             * ATTN_PREFETCH keys ahead, and for each V row while its K row is read. */
+            for (int64_t j = 0; j < n; j++) {
+                int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
+                const void *kr = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
+                const uint8_t *vr = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
+                if (p + ATTN_PREFETCH < n_keys) {
+                    int64_t pp = p + ATTN_PREFETCH, sp = (int64_t)table[pp / B] * B + pp % B;
+                    const uint8_t *kp = (const uint8_t *)a->kc + (size_t)(sp * Hkv + g) * row_bytes;
+                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(kp + off);
+                }
+                for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(vr + off);
+                v16 sv = (v16){0};
+                for (int64_t d0 = 0; d0 < D; d0 += 16) sv += v16_load(qv + d0) * v16_load_kv(kr, a->kv_dt, d0);
+                w[j] = v16_sum(sv) * a->scale;
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < n; j++) {
+                w[j] = exp_neg(w[j] - mx);
+                sum += w[j];
+            }
+            float cr = exp_neg(m - mx);
+            l = l * cr + sum;
+            m = mx;
+            for (int64_t c = 0; c < D / 16; c++) acc[c] *= cr;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
+                const void *vr = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
+                for (int64_t c = 0; c < D / 16; c++) acc[c] += w[j] * v16_load_kv(vr, a->kv_dt, 16 * c);
+            }
+        }
+        float inv = 1.0f / l;
+        for (int64_t c = 0; c < D / 16; c++) {
+            v16 ov = acc[c] * inv;
+            memcpy(o + 16 * c, &ov, sizeof ov);
+        }
+    }
+}
+
+/* Rows of a tile from which gathering a block pays (attention_item_v16). */
+#define ATTN_GATHER_ROWS 8
+
 /* The plain form, any D. */
 /* One tile x KV head: items i = tile * Hkv + g. */
 static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
@@ -283,7 +360,10 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
         int64_t rows = ATTN_QT * (a->H / a->Hkv);                                       \
         float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
         for (int64_t i = i0; i < i1; i++) {                                             \
-            if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                      \
+            const attn_tile_t *tl = &a->tiles[i / a->Hkv];                               \
+            int64_t rows_i = (tl->t1 - tl->t0) * (a->H / a->Hkv);                       \
+            if (a->D % 16 == 0 && rows_i < ATTN_GATHER_ROWS) attention_item_direct(a, i, scratch); \
+            else if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                 \
             else attention_item(a, i, scratch);                                         \
         }                                                                               \
     }
