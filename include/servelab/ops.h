@@ -103,11 +103,13 @@ struct sl_ops {
                           int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
                           float scale);
 
-    /* Optional: a copy of linear weight w (the rows of a linear or logits op)
-     * in a layout of the backend's choosing, which linear and logits then read
-     * instead of w->data; NULL when the backend keeps w as it is. *n_bytes is
-     * the copy's size; it is freed as the backend frees weights. */
-    void *(*pack_linear)(void *ctx, const sl_weight_t *w, size_t *n_bytes);
+    /* Optional (host-memory backends): a copy of linear weight w (the rows of
+     * a linear or logits op) in a layout of the backend's choosing, which
+     * linear and logits then read instead of w->data. packed_bytes is its
+     * size, 0 when the backend reads w as it is; pack_linear writes it to dst
+     * (64-byte aligned host memory, which the loader owns: weights.c). */
+    size_t (*packed_bytes)(void *ctx, const sl_weight_t *w);
+    void (*pack_linear)(void *ctx, const sl_weight_t *w, void *dst);
 
     /* Optional (NULL on CPU, whose ops cannot fail). A device backend never
      * exits from an op: a failure (a kernel fault, a cuBLAS error, no memory

@@ -19,6 +19,7 @@
  * compiled once per ISA level (cpu_isa.h) and chosen at run time.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,9 @@
 #define ATTN_MAX_D 512
 #define ATTN_QT 32 /* tokens per tile */
 #define ATTN_KB 64 /* keys per block */
-#define ATTN_PREFETCH 8 /* keys ahead (attention_item_direct) */
+/* Query rows of a tile from which a block's K/V rows are copied together
+ * rather than read in place (attention_item_v16). */
+#define ATTN_GATHER_ROWS 8
 
 /* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
  * argument, 2^n put into the exponent directly. Within 2 ulp of expf; 0 below
@@ -113,12 +116,6 @@ V16_FN float v16_max(v16 v) {
     for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
     return m;
 }
-V16_FN float v16_sum(v16 v) {
-    v16 h = v;
-    float s = 0.0f;
-    for (int i = 0; i < 16; i++) s += h[i];
-    return s;
-}
 /* exp_neg on 16 lanes. */
 V16_FN v16 v16_exp_neg(v16 x) {
     const v16 lo = (v16){0} - 86.0f;
@@ -138,23 +135,58 @@ V16_FN v16 v16_exp_neg(v16 x) {
     return (v16)(pi & ~under);
 }
 
-#define KB_V (ATTN_KB / 16)
+/* A K or V row as 16-lane slices: fp32 as it is, bf16 widened (exactly). */
+typedef uint16_t v16h __attribute__((vector_size(32)));
+V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
+    if (dt == DTYPE_F32) return v16_load((const float *)row + d0);
+    v16h h;
+    memcpy(&h, (const uint16_t *)row + d0, sizeof h);
+    return (v16)(__builtin_convertvector(h, v16i) << 16);
+}
 
-/* The vector form, for D a multiple of 16: K is gathered transposed (kt[d][j],
- * ATTN_KB keys a row), so a row's 64 scores are 4 vector accumulators, D FMAs
- * each; P V keeps a 16-wide slice of the output row in a register over the
- * block's keys. */
+/* Pairs of vectors, each summed by halves: lanes i and i + h of a's keys, then
+ * of b's, for a vector of twice as many keys with half as many lanes each. */
+V16_FN v16 fold(v16 a, v16 b, v16i lo, v16i hi) { return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi); }
+
+/* The 16 dot products of one query row with 16 keys: p[j] holds key j's
+ * products summed by lane (d mod 16); four folds sum the lanes of all 16 at
+ * once (lane i with i + 8, then + 4, + 2, + 1) and leave key j in lane j. One
+ * fixed order of additions, whatever the keys are, so a row's scores do not
+ * depend on how its keys were reached. */
+V16_FN v16 reduce16(v16 p[16]) {
+    const v16i l8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, h8 = l8 + 8;
+    const v16i l4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}, h4 = l4 + 4;
+    const v16i l2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29}, h2 = l2 + 2;
+    const v16i l1 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}, h1 = l1 + 1;
+    v16 r[8], s[4], u[2];
+    for (int k = 0; k < 8; k++) r[k] = fold(p[2 * k], p[2 * k + 1], l8, h8);
+    for (int k = 0; k < 4; k++) s[k] = fold(r[2 * k], r[2 * k + 1], l4, h4);
+    for (int k = 0; k < 2; k++) u[k] = fold(s[2 * k], s[2 * k + 1], l2, h2);
+    return fold(u[0], u[1], l1, h1);
+}
+
+/* The vector form, for D a multiple of 16. Per block of keys, krow[j] and
+ * vrow[j] point at key j's rows: in the cache itself for a few query rows
+ * (decode: one token and its group's heads), or, for a tile of many, in a
+ * contiguous fp32 copy of the block made once and read by every row (the
+ * cache's rows of one head are Hkv * D apart, blocks scattered). The values
+ * are the same either way (bf16 widens exactly) and so is every operation a
+ * row goes through, so a token's output does not depend on its step's other
+ * tokens: chunked prefill, prefix hits and batches give the same bits. */
 static inline __attribute__((always_inline)) void attention_item_v16(const attn_args_t *a, int64_t item,
                                                                       float *scratch) {
-    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv;
-    const attn_tile_t *tile = &a->tiles[item / a->Hkv];
-    const int64_t g = item % a->Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
+    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
+    const attn_tile_t *tile = &a->tiles[item / Hkv];
+    const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
-    float *kt = scratch, *vb = kt + ATTN_KB * D, *acc = vb + ATTN_KB * D;
+    const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
+    const bool gather = rows >= ATTN_GATHER_ROWS;
+    float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
     float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
-    float krow[ATTN_MAX_D];
+    const void *krow[ATTN_KB], *vrow[ATTN_KB];
+    const sl_dtype_t src_dt = gather ? DTYPE_F32 : a->kv_dt;
 
-    int32_t last = 0;
+    int32_t last = 0; /* the tile's largest position: keys beyond it are seen by no row */
     for (int64_t i = 0; i < nt; i++)
         if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
     for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
@@ -166,42 +198,54 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
         int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
         for (int64_t j = 0; j < nk; j++) {
             int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
-            gather_row(krow, a->kc, a->kv_dt, slot, a->Hkv, g, D);
-            for (int64_t d = 0; d < D; d++) kt[d * ATTN_KB + j] = krow[d];
-            gather_row(vb + j * D, a->vc, a->kv_dt, slot, a->Hkv, g, D);
+            const uint8_t *kc = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
+            const uint8_t *vc = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
+            if (gather) {
+                gather_row(kb + j * D, a->kc, a->kv_dt, slot, Hkv, g, D);
+                gather_row(vb + j * D, a->vc, a->kv_dt, slot, Hkv, g, D);
+                krow[j] = kb + j * D, vrow[j] = vb + j * D;
+            } else {
+                /* Read in place: the prefetcher cannot guess these addresses. */
+                for (size_t off = 0; off < row_bytes; off += 64) {
+                    __builtin_prefetch(kc + off);
+                    __builtin_prefetch(vc + off);
+                }
+                krow[j] = kc, vrow[j] = vc;
+            }
         }
-        if (nk < ATTN_KB)
-            for (int64_t d = 0; d < D; d++) memset(kt + d * ATTN_KB + nk, 0, (size_t)(ATTN_KB - nk) * sizeof *kt);
         for (int64_t r = 0; r < rows; r++) {
             int64_t t = tile->t0 + r / group, h = g * group + r % group;
-            int64_t n = a->positions[t] + 1 - p0;
+            int64_t n = a->positions[t] + 1 - p0; /* keys of this block row r sees */
             if (n <= 0) continue;
             if (n > nk) n = nk;
             const float *qv = a->q + (t * a->H + h) * D;
-            v16 sc[KB_V] = {0};
-            for (int64_t d = 0; d < D; d++) {
-                const float *kd = kt + d * ATTN_KB;
-                for (int c = 0; c < KB_V; c++) sc[c] += qv[d] * v16_load(kd + 16 * c);
-            }
             float mx = mrow[r];
-            for (int c = 0; c < KB_V; c++) {
+            v16 sc[ATTN_KB / 16];
+            for (int64_t c = 0; c < (n + 15) / 16; c++) {
+                v16 part[16];
+                for (int k = 0; k < 16; k++) {
+                    part[k] = (v16){0};
+                    if (16 * c + k >= n) continue;
+                    for (int64_t d0 = 0; d0 < D; d0 += 16)
+                        part[k] += v16_load(qv + d0) * v16_load_kv(krow[16 * c + k], src_dt, d0);
+                }
                 v16i seen = lane + (float)(16 * c) < (float)n;
-                sc[c] = v16_select(seen, sc[c] * a->scale, (v16){0} - INFINITY);
+                sc[c] = v16_select(seen, reduce16(part) * a->scale, (v16){0} - INFINITY);
                 float m = v16_max(sc[c]);
                 mx = m > mx ? m : mx;
             }
-            v16 sum = {0};
-            for (int c = 0; c < KB_V; c++) {
+            for (int64_t c = 0; c < (n + 15) / 16; c++) {
                 v16 e = v16_exp_neg(sc[c] - mx);
-                sum += e;
                 memcpy(w + 16 * c, &e, sizeof e);
             }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n; j++) sum += w[j];
             float cr = exp_neg(mrow[r] - mx), *o = acc + r * D;
-            lrow[r] = lrow[r] * cr + v16_sum(sum);
+            lrow[r] = lrow[r] * cr + sum;
             mrow[r] = mx;
             for (int64_t d0 = 0; d0 < D; d0 += 16) {
                 v16 ov = v16_load(o + d0) * cr;
-                for (int64_t j = 0; j < n; j++) ov += w[j] * v16_load(vb + j * D + d0);
+                for (int64_t j = 0; j < n; j++) ov += w[j] * v16_load_kv(vrow[j], src_dt, d0);
                 memcpy(o + d0, &ov, sizeof ov);
             }
         }
@@ -212,82 +256,6 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
         for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] * inv;
     }
 }
-
-/* A K or V row of the cache as 16-lane slices: fp32 as it is, bf16 widened. */
-typedef uint16_t v16h __attribute__((vector_size(32)));
-V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
-    if (dt == DTYPE_F32) return v16_load((const float *)row + d0);
-    v16h h;
-    memcpy(&h, (const uint16_t *)row + d0, sizeof h);
-    return (v16)(__builtin_convertvector(h, v16i) << 16);
-}
-
-/* The direct form, for a few rows (decode: one token, its group's heads): no
- * gathering, each row reads the K and V rows where they are in the cache,
- * q . k as D/16 vector FMAs and one horizontal sum per key. Gathering a
- * block costs as much as one row's work on it, which only a tile of many
- * rows pays back. */
-static inline __attribute__((always_inline)) void attention_item_direct(const attn_args_t *a, int64_t item,
-                                                                         float *scratch) {
-    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
-    const attn_tile_t *tile = &a->tiles[item / Hkv];
-    const int64_t g = item % Hkv, nt = tile->t1 - tile->t0;
-    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
-    const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
-    float *w = scratch;
-    for (int64_t r = 0; r < nt * group; r++) {
-        int64_t t = tile->t0 + r / group, h = g * group + r % group, n_keys = a->positions[t] + 1;
-        const float *qv = a->q + (t * a->H + h) * D;
-        float m = -INFINITY, l = 0.0f, *o = a->out + (t * a->H + h) * D;
-        v16 acc[ATTN_MAX_D / 16];
-        for (int64_t c = 0; c < D / 16; c++) acc[c] = (v16){0};
-        for (int64_t p0 = 0; p0 < n_keys; p0 += ATTN_KB) {
-            int64_t n = n_keys - p0 < ATTN_KB ? n_keys - p0 : ATTN_KB;
-            float mx = m;
-            /* The rows of a head are Hkv * D apart and blocks scattered, so the
-             * hardware prefetcher does not see them coming: ask for the K row
-             * ATTN_PREFETCH keys ahead, and for each V row while its K row is read. */
-            for (int64_t j = 0; j < n; j++) {
-                int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
-                const void *kr = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
-                const uint8_t *vr = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
-                if (p + ATTN_PREFETCH < n_keys) {
-                    int64_t pp = p + ATTN_PREFETCH, sp = (int64_t)table[pp / B] * B + pp % B;
-                    const uint8_t *kp = (const uint8_t *)a->kc + (size_t)(sp * Hkv + g) * row_bytes;
-                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(kp + off);
-                }
-                for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(vr + off);
-                v16 sv = (v16){0};
-                for (int64_t d0 = 0; d0 < D; d0 += 16) sv += v16_load(qv + d0) * v16_load_kv(kr, a->kv_dt, d0);
-                w[j] = v16_sum(sv) * a->scale;
-                mx = w[j] > mx ? w[j] : mx;
-            }
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j < n; j++) {
-                w[j] = exp_neg(w[j] - mx);
-                sum += w[j];
-            }
-            float cr = exp_neg(m - mx);
-            l = l * cr + sum;
-            m = mx;
-            for (int64_t c = 0; c < D / 16; c++) acc[c] *= cr;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
-                const void *vr = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
-                for (int64_t c = 0; c < D / 16; c++) acc[c] += w[j] * v16_load_kv(vr, a->kv_dt, 16 * c);
-            }
-        }
-        float inv = 1.0f / l;
-        for (int64_t c = 0; c < D / 16; c++) {
-            v16 ov = acc[c] * inv;
-            memcpy(o + 16 * c, &ov, sizeof ov);
-        }
-    }
-}
-
-/* Rows of a tile from which gathering a block pays (attention_item_v16). */
-#define ATTN_GATHER_ROWS 8
 
 /* The plain form, any D. */
 /* One tile x KV head: items i = tile * Hkv + g. */
@@ -360,10 +328,7 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
         int64_t rows = ATTN_QT * (a->H / a->Hkv);                                       \
         float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
         for (int64_t i = i0; i < i1; i++) {                                             \
-            const attn_tile_t *tl = &a->tiles[i / a->Hkv];                               \
-            int64_t rows_i = (tl->t1 - tl->t0) * (a->H / a->Hkv);                       \
-            if (a->D % 16 == 0 && rows_i < ATTN_GATHER_ROWS) attention_item_direct(a, i, scratch); \
-            else if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                 \
+            if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                      \
             else attention_item(a, i, scratch);                                         \
         }                                                                               \
     }

@@ -202,24 +202,15 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     return 0;
 }
 
-/* The backend's packed copy of a linear weight (ops->pack_linear), which
- * its linear op reads from then on. The plain layout is released unless
- * something else reads it (the embedding, when the LM head is tied to it):
- * a buffer of ours is freed, pages of the mapped checkpoint are dropped (they
- * are the file's, and come back from it if touched). */
-static void pack_linear(loader_t *L, sl_weight_t *wt, bool keep_plain) {
-    size_t n_bytes = 0;
-    void *p = L->ops->pack_linear(L->ops->ctx, wt, &n_bytes);
-    if (!p) return;
-    own(L->w, p);
-    wt->packed = p;
-    L->w->n_packed_bytes += n_bytes;
-    if (keep_plain) return;
+/* The plain layout of a linear weight the backend now reads from its own
+ * copy is released, unless something else reads it (the embedding, when the
+ * LM head is tied to it): a buffer of ours is freed, pages of the mapped
+ * checkpoint are dropped (they are the file's, and come back if touched). */
+static void release_plain(loader_t *L, sl_weight_t *wt) {
     size_t plain = (size_t)(wt->rows * wt->cols) * dtype_size(wt->dtype);
     for (int i = 0; i < L->w->n_owned; i++) {
         if (L->w->owned[i] != wt->data) continue;
-        if (L->ops->host_memory) free(L->w->owned[i]);
-        else L->ops->free(L->ops->ctx, L->w->owned[i]);
+        free(L->w->owned[i]); /* host memory: pack hooks are for host-memory backends */
         L->w->owned[i] = L->w->owned[--L->w->n_owned];
         wt->data = NULL;
         return;
@@ -229,19 +220,50 @@ static void pack_linear(loader_t *L, sl_weight_t *wt, bool keep_plain) {
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The backend's copies of every linear weight (ops->pack_linear), in one
+ * arena of 2 MB pages (MADV_HUGEPAGE, asked before the pages are first
+ * touched): decode reads all of it once per token, and the TLB misses of 4
+ * KB pages cost a third of a GEMV's bandwidth. */
 static int pack_linears(loader_t *L, sl_err_t *err) {
-    (void)err;
-    if (!L->ops->pack_linear) return 0;
+    if (!L->ops->packed_bytes) return 0;
     llama_weights_t *w = L->w;
+    int64_t n = 7 * L->cfg->n_layers + 1;
+    sl_weight_t **lin = sl_malloc((size_t)n * sizeof *lin);
     for (int64_t i = 0; i < L->cfg->n_layers; i++) {
         llama_layer_t *ly = &w->layers[i];
-        sl_weight_t *lin[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-        for (size_t j = 0; j < sizeof lin / sizeof lin[0]; j++) pack_linear(L, lin[j], false);
+        sl_weight_t *l7[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        memcpy(lin + 7 * i, l7, sizeof l7);
     }
-    pack_linear(L, &w->lm_head, L->cfg->tie_word_embeddings);
-    if (w->n_packed_bytes)
-        LOG_INFO("Linear weights repacked for the %s backend's kernels: %.2f GiB", L->ops->name,
-                 (double)w->n_packed_bytes / (1 << 30));
+    lin[n - 1] = &w->lm_head;
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += (L->ops->packed_bytes(L->ops->ctx, lin[i]) + 63) & ~(size_t)63;
+    if (!total) {
+        free(lin);
+        return 0;
+    }
+    size_t arena_bytes = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *arena = NULL;
+    if (posix_memalign(&arena, HUGE_PAGE, arena_bytes) != 0) {
+        free(lin);
+        return sl_fail(err, "out of host memory for the packed linear weights (%zu bytes)", arena_bytes);
+    }
+    madvise(arena, arena_bytes, MADV_HUGEPAGE); /* advice: without THP, 4 KB pages */
+    own(w, arena);
+    w->n_packed_bytes = total;
+    size_t off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        size_t nb = L->ops->packed_bytes(L->ops->ctx, lin[i]);
+        if (!nb) continue;
+        L->ops->pack_linear(L->ops->ctx, lin[i], (uint8_t *)arena + off);
+        lin[i]->packed = (uint8_t *)arena + off;
+        off += (nb + 63) & ~(size_t)63;
+        if (!(i == n - 1 && L->cfg->tie_word_embeddings)) release_plain(L, lin[i]);
+    }
+    free(lin);
+    LOG_INFO("Linear weights copied for the %s backend's kernels: %.2f GiB", L->ops->name,
+             (double)total / (1 << 30));
     return 0;
 }
 
