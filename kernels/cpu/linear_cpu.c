@@ -1,4 +1,7 @@
-/* linear_cpu.c - out(T, N) = in(T, K) . w(N, K)^T with F32/F16/BF16 weights.
+/* linear_cpu.c - out(T, N) = in(T, K) . w(N, K)^T with F32/F16/BF16 weights
+ * in PyTorch's (N, K) layout, as they are: the reference op, and what the CPU
+ * backend runs for f16 weights. Loaded bf16 and fp32 linears run on packed
+ * copies instead (linear_packed.c).
  *
  * Threads take chunks of the output features N, so each streams its own
  * slice of the weight matrix once per tile of tokens. At T == 1 (decode) the

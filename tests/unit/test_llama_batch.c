@@ -171,7 +171,7 @@ static void test_dtype_float32_conversion_keeps_logits(void) {
     float *a = sl_malloc(V * sizeof(float)), *b = sl_malloc(V * sizeof(float));
     CHECK(m.w.layers[0].q.dtype == DTYPE_F32);
     /* Exact arithmetic on the bf16 side too: an ISA level that keeps activations
-     * in fp32 (avx512_bf16 rounds them to bf16, linear_bf16.c). */
+     * in fp32 (avx512_bf16 rounds them to bf16, linear_packed.c). */
     cpu_isa_t best = cpu_isa_detect();
     setenv("SERVELAB_CPU_ISA", cpu_isa_name(best > CPU_ISA_AVX512 ? CPU_ISA_AVX512 : best), 1);
     cpu_isa_reload();

@@ -1,9 +1,9 @@
-/* linear_bf16.c - out(T, N) = in(T, K) . w(N, K)^T for bf16 weights, on a
- * packed copy of w that every batch size reads the same way.
+/* linear_packed.c - out(T, N) = in(T, K) . w(N, K)^T on a packed copy of w
+ * that every batch size reads the same way: bf16 and fp32 weights.
  *
- * Layout (docs/architecture.md, "CPU kernels"). The weight is cut into panels
+ * Layouts (docs/architecture.md, "CPU kernels"). The weight is cut into panels
  * of 32 output features (the last one padded with zero rows); a panel is
- * contiguous, and inside it the features are interleaved by pairs of K:
+ * contiguous. bf16: inside a panel the features are interleaved by pairs of K,
  *
  *     packed[p][kp][j] = w[32p + j][2kp] | w[32p + j][2kp + 1] << 16   (uint32)
  *
@@ -11,25 +11,29 @@
  * a panel is 128 bytes, two 512-bit registers of 16 features, which is the
  * operand vdpbf16ps takes (two bf16 products summed into each fp32 lane), and
  * the 32-bit lanes widen to fp32 with one shift (low half) or one mask (high
- * half) where that instruction is missing. A panel streams from memory front
- * to back, so decode (T = 1) reads the weights once at the memory's pace, and
- * a tile of up to 8 tokens reuses each loaded k-pair for 8 x 2 products,
- * which is what makes prefill and batched decode compute-bound.
+ * half) where that instruction is missing. fp32: packed[p][k][j] = w[32p+j][k].
+ * A panel streams from memory front to back, so decode (T = 1) reads the
+ * weights once at the memory's pace, and a tile of up to 8 tokens reuses each
+ * loaded k-step for 8 x 32 products, which is what makes prefill and batched
+ * decode compute-bound.
  *
  * The work: threads take panels; a panel takes its tokens in tiles of MR
- * rows, the tile's 2 x MR accumulators live in registers for the whole of K.
- * Per level (cpu_isa.h):
- *   avx512_bf16  activations rounded to bf16 (nearest even) once per op, as
- *                vdpbf16ps needs and as a GPU's bf16 GEMM does: products are
- *                exact, sums fp32 (each instruction adds the pair's odd
- *                product, then the even one). The only level that does not
+ * rows, the tile's accumulators live in registers for the whole of K. Per
+ * level (cpu_isa.h):
+ *   avx512_bf16  bf16 weights: activations rounded to bf16 (nearest even) once
+ *                per op, as vdpbf16ps needs and as a GPU's bf16 GEMM does:
+ *                products exact, sums fp32 (each instruction adds the pair's
+ *                odd product, then the even one). The only case that does not
  *                give the exact fp32 result; docs/architecture.md says so.
- *   avx512, avx2 activations stay fp32; the weights widen exactly, and each
+ *                fp32 weights: as avx512.
+ *   avx512, avx2 activations stay fp32, bf16 weights widen exactly, and each
  *                output is one FMA chain in k order, as the reference loop.
- *   portable     the same arithmetic in plain C.
+ *   portable     the same arithmetic in plain C (fmaf), so every fp32-exact
+ *                level gives the same bits.
  * A token's outputs never depend on the other rows of its step: a tile of 8
- * and a tile of 1 run the same chain per row, so a batch padded with extra
- * rows (CUDA-graph buckets, tests/unit/test_llama_graphs.c) changes no bits.
+ * and a tile of 1 run the same chain per row, so chunked prefill, batches and
+ * a batch padded with extra rows (tests/unit/test_llama_graphs.c) change no
+ * bits.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -80,6 +84,33 @@ void cpu_bf16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) {
     pack_args_t a = {dst, w, N, K};
     int64_t n_panels = (N + NP - 1) / NP;
     cpu_parallel_for(N * K, n_panels, 0, pack_panels, &a);
+}
+
+size_t cpu_f32_packed_bytes(int64_t N, int64_t K) {
+    return (size_t)((N + NP - 1) / NP) * NP * (size_t)K * sizeof(float);
+}
+
+typedef struct {
+    float *dst;
+    const float *w;
+    int64_t N, K;
+} pack_f32_args_t;
+
+static void pack_f32_panels(void *arg, int64_t p0, int64_t p1, int worker) {
+    (void)worker;
+    const pack_f32_args_t *a = arg;
+    for (int64_t p = p0; p < p1; p++) {
+        float *panel = a->dst + (size_t)p * NP * (size_t)a->K;
+        for (int j = 0; j < NP; j++) {
+            int64_t n = p * NP + j;
+            for (int64_t k = 0; k < a->K; k++) panel[k * NP + j] = n < a->N ? a->w[n * a->K + k] : 0.0f;
+        }
+    }
+}
+
+void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K) {
+    pack_f32_args_t a = {dst, w, N, K};
+    cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_f32_panels, &a);
 }
 
 /* ---- the tiles, one per level ---------------------------------------------
@@ -173,7 +204,59 @@ TARGET_AVX2 INLINE void tile_avx2(float *out, int64_t ldo, const uint32_t *pw, c
         memcpy(out + r * ldo, tmp, (size_t)nr * sizeof(float));
     }
 }
+
+/* fp32 weights: panel k-step = 32 floats. The tile takes pw as float. */
+TARGET_512 INLINE void tile_f32_avx512(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx,
+                                       int64_t K, int nr, const int mr) {
+    __m512 acc[MR][2];
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m512 w0 = _mm512_loadu_ps(pw + k * NP), w1 = _mm512_loadu_ps(pw + k * NP + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            __m512 xr = _mm512_set1_ps(x[r * ldx + k]);
+            acc[r][0] = _mm512_fmadd_ps(xr, w0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(xr, w1, acc[r][1]);
+        }
+    }
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    for (int r = 0; r < mr; r++) {
+        _mm512_mask_storeu_ps(out + r * ldo, m0, acc[r][0]);
+        _mm512_mask_storeu_ps(out + r * ldo + 16, m1, acc[r][1]);
+    }
+}
+
+TARGET_AVX2 INLINE void tile_f32_avx2(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx,
+                                      int64_t K, int nr, const int mr) {
+    __m256 acc[MR_AVX2][4];
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+#pragma GCC unroll 2
+        for (int r = 0; r < mr; r++) {
+            __m256 xr = _mm256_set1_ps(x[r * ldx + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm256_fmadd_ps(xr, _mm256_loadu_ps(pw + k * NP + 8 * v), acc[r][v]);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        float tmp[NP];
+        for (int v = 0; v < 4; v++) _mm256_storeu_ps(tmp + 8 * v, acc[r][v]);
+        memcpy(out + r * ldo, tmp, (size_t)nr * sizeof(float));
+    }
+}
 #endif
+
+static void tile_f32_portable(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx, int64_t K,
+                              int nr, int mr) {
+    for (int r = 0; r < mr; r++) {
+        float acc[NP] = {0};
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < NP; j++) acc[j] = fmaf(x[r * ldx + k], pw[k * NP + j], acc[j]);
+        memcpy(out + r * ldo, acc, (size_t)nr * sizeof(float));
+    }
+}
 
 /* Plain C: one row at a time, fmaf in k order per output (what the vector
  * levels compute lane by lane). */
@@ -197,9 +280,11 @@ static void tile_portable(float *out, int64_t ldo, const uint32_t *pw, const flo
 
 /* ---- rows of a panel: full tiles, then one tile of the remainder ---------- */
 
-#define ROWS_FN(name, tile, xtype, mr_max, target)                                                         \
-    target static void name(float *out, int64_t ldo, const uint32_t *pw, const void *xv, int64_t ldx,      \
+/* kp2: the panel's k-steps (pairs for bf16, K for fp32). */
+#define ROWS_FN(name, tile, wtype, xtype, mr_max, target)                                                  \
+    target static void name(float *out, int64_t ldo, const void *pwv, const void *xv, int64_t ldx,         \
                             int64_t kp2, int nr, int64_t T) {                                              \
+        const wtype *pw = pwv;                                                                             \
         const xtype *x = xv;                                                                               \
         int64_t t = 0;                                                                                     \
         for (; t + (mr_max) <= T; t += (mr_max)) tile(out + t * ldo, ldo, pw, x + t * ldx, ldx, kp2, nr, mr_max); \
@@ -215,14 +300,17 @@ static void tile_portable(float *out, int64_t ldo, const uint32_t *pw, const flo
         }                                                                                                  \
     }
 
-typedef void (*rows_fn_t)(float *, int64_t, const uint32_t *, const void *, int64_t, int64_t, int, int64_t);
+typedef void (*rows_fn_t)(float *, int64_t, const void *, const void *, int64_t, int64_t, int, int64_t);
 
 #ifdef HAVE_X86_LEVELS
-ROWS_FN(rows_avx512_bf16, tile_avx512_bf16, uint32_t, MR, TARGET_BF16)
-ROWS_FN(rows_avx512, tile_avx512, float, MR, TARGET_512)
-ROWS_FN(rows_avx2, tile_avx2, float, MR_AVX2, TARGET_AVX2)
+ROWS_FN(rows_avx512_bf16, tile_avx512_bf16, uint32_t, uint32_t, MR, TARGET_BF16)
+ROWS_FN(rows_avx512, tile_avx512, uint32_t, float, MR, TARGET_512)
+ROWS_FN(rows_avx2, tile_avx2, uint32_t, float, MR_AVX2, TARGET_AVX2)
+ROWS_FN(rows_f32_avx512, tile_f32_avx512, float, float, MR, TARGET_512)
+ROWS_FN(rows_f32_avx2, tile_f32_avx2, float, float, MR_AVX2, TARGET_AVX2)
 #endif
-ROWS_FN(rows_portable, tile_portable, float, 1, )
+ROWS_FN(rows_portable, tile_portable, uint32_t, float, 1, )
+ROWS_FN(rows_f32_portable, tile_f32_portable, float, float, 1, )
 
 /* ---- the op ---------------------------------------------------------------- */
 
@@ -258,7 +346,8 @@ typedef struct {
     float *out;
     const void *x;      /* activations as the level reads them */
     int64_t ldx;        /* elements of x per row */
-    const uint32_t *packed;
+    const void *packed;
+    size_t panel_bytes;
     int64_t T, N, kp2;
     rows_fn_t rows;
 } packed_args_t;
@@ -269,8 +358,8 @@ static void packed_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t n0 = p * NP;
         int nr = a->N - n0 < NP ? (int)(a->N - n0) : NP;
-        a->rows(a->out + n0, a->N, a->packed + (size_t)p * NP * (size_t)a->kp2, a->x, a->ldx, a->kp2, nr,
-                a->T);
+        a->rows(a->out + n0, a->N, (const uint8_t *)a->packed + (size_t)p * a->panel_bytes, a->x, a->ldx, a->kp2,
+                nr, a->T);
     }
 }
 
@@ -278,7 +367,7 @@ void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int
                             int64_t K) {
     cpu_isa_t isa = cpu_isa();
     int64_t kp2 = kpairs(K);
-    packed_args_t a = {out, in, K, packed, T, N, kp2, rows_portable};
+    packed_args_t a = {out, in, K, packed, NP * (size_t)kp2 * sizeof(uint32_t), T, N, kp2, rows_portable};
     void *scratch = NULL;
 #ifdef HAVE_X86_LEVELS
     if (isa == CPU_ISA_AVX512_BF16) {
@@ -306,4 +395,16 @@ void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int
     }
     cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
     free(scratch);
+}
+
+void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K) {
+    cpu_isa_t isa = cpu_isa();
+    packed_args_t a = {out, in, K, packed, NP * (size_t)K * sizeof(float), T, N, K, rows_f32_portable};
+#ifdef HAVE_X86_LEVELS
+    if (isa >= CPU_ISA_AVX512) a.rows = rows_f32_avx512;
+    else if (isa == CPU_ISA_AVX2) a.rows = rows_f32_avx2;
+#else
+    (void)isa;
+#endif
+    cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
 }
