@@ -100,8 +100,8 @@ static inline void gather_row(float *dst, const void *cache, sl_dtype_t dt, int6
  * ymm at avx2, four xmm in the portable build, from the same source. */
 typedef float v16 __attribute__((vector_size(64)));
 /* Helpers taking and returning v16 are always inlined into the per-level
- * functions, so no vector crosses a call and the psABI note does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
+ * functions, so no vector crosses a call (CMakeLists.txt silences the psABI
+ * note for this file). */
 #define V16_FN static inline __attribute__((always_inline))
 typedef int32_t v16i __attribute__((vector_size(64)));
 
@@ -146,7 +146,7 @@ V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
 
 /* Pairs of vectors, each summed by halves: lanes i and i + h of a's keys, then
  * of b's, for a vector of twice as many keys with half as many lanes each. */
-V16_FN v16 fold(v16 a, v16 b, v16i lo, v16i hi) { return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi); }
+#define FOLD(a, b, lo, hi) (__builtin_shuffle((a), (b), (lo)) + __builtin_shuffle((a), (b), (hi)))
 
 /* The 16 dot products of one query row with 16 keys: p[j] holds key j's
  * products summed by lane (d mod 16); four folds sum the lanes of all 16 at
@@ -159,10 +159,10 @@ V16_FN v16 reduce16(v16 p[16]) {
     const v16i l2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29}, h2 = l2 + 2;
     const v16i l1 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}, h1 = l1 + 1;
     v16 r[8], s[4], u[2];
-    for (int k = 0; k < 8; k++) r[k] = fold(p[2 * k], p[2 * k + 1], l8, h8);
-    for (int k = 0; k < 4; k++) s[k] = fold(r[2 * k], r[2 * k + 1], l4, h4);
-    for (int k = 0; k < 2; k++) u[k] = fold(s[2 * k], s[2 * k + 1], l2, h2);
-    return fold(u[0], u[1], l1, h1);
+    for (int k = 0; k < 8; k++) r[k] = FOLD(p[2 * k], p[2 * k + 1], l8, h8);
+    for (int k = 0; k < 4; k++) s[k] = FOLD(r[2 * k], r[2 * k + 1], l4, h4);
+    for (int k = 0; k < 2; k++) u[k] = FOLD(s[2 * k], s[2 * k + 1], l2, h2);
+    return FOLD(u[0], u[1], l1, h1);
 }
 
 /* The vector form, for D a multiple of 16. Per block of keys, krow[j] and
