@@ -165,14 +165,69 @@ V16_FN v16 reduce16(v16 p[16]) {
     return FOLD(u[0], u[1], l1, h1);
 }
 
+/* One query row against one block of keys (krow/vrow: nk rows, then
+ * zero rows up to a multiple of 16), updating its running max m, sum l and
+ * accumulator o. src_dt is a constant at each call, so the loads fold. Keys
+ * go 16 at a time: the 16 dot products advance together over d (16
+ * independent FMA chains), then reduce16; P V takes four keys at a time into
+ * four accumulators per 16 output lanes, added in a fixed order at the end. */
+static inline __attribute__((always_inline)) void attend_block(const float *qv, const void *const *krow,
+                                                               const void *const *vrow, sl_dtype_t src_dt,
+                                                               int64_t n, int64_t D, float scale, float *w,
+                                                               float *o, float *m_io, float *l_io) {
+    v16 lane;
+    for (int i = 0; i < 16; i++) lane[i] = (float)i;
+    float mx = *m_io;
+    v16 sc[ATTN_KB / 16];
+    for (int64_t c = 0; c < (n + 15) / 16; c++) {
+        v16 part[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) part[k] = (v16){0};
+        for (int64_t d0 = 0; d0 < D; d0 += 16) {
+            v16 qc = v16_load(qv + d0);
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) part[k] += qc * v16_load_kv(krow[16 * c + k], src_dt, d0);
+        }
+        v16i seen = lane + (float)(16 * c) < (float)n;
+        sc[c] = v16_select(seen, reduce16(part) * scale, (v16){0} - INFINITY);
+        float mc = v16_max(sc[c]);
+        mx = mc > mx ? mc : mx;
+    }
+    float sum = 0.0f;
+    for (int64_t c = 0; c < (n + 15) / 16; c++) {
+        v16 e = v16_exp_neg(sc[c] - mx);
+        memcpy(w + 16 * c, &e, sizeof e);
+    }
+    for (int64_t j = 0; j < n; j++) sum += w[j];
+    for (int64_t j = n; j < (n + 3) / 4 * 4; j++) w[j] = 0.0f; /* the last group of four */
+    float cr = exp_neg(*m_io - mx);
+    *l_io = *l_io * cr + sum;
+    *m_io = mx;
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        v16 a0 = (v16){0}, a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t j = 0; j < n; j += 4) {
+            a0 += w[j] * v16_load_kv(vrow[j], src_dt, d0);
+            a1 += w[j + 1] * v16_load_kv(vrow[j + 1], src_dt, d0);
+            a2 += w[j + 2] * v16_load_kv(vrow[j + 2], src_dt, d0);
+            a3 += w[j + 3] * v16_load_kv(vrow[j + 3], src_dt, d0);
+        }
+        v16 ov = v16_load(o + d0) * cr + ((a0 + a1) + (a2 + a3));
+        memcpy(o + d0, &ov, sizeof ov);
+    }
+}
+
+/* Zero rows for the keys past a block's end (no branch in the 16-key loop). */
+static const float zero_row[ATTN_MAX_D];
+
 /* The vector form, for D a multiple of 16. Per block of keys, krow[j] and
  * vrow[j] point at key j's rows: in the cache itself for a few query rows
  * (decode: one token and its group's heads), or, for a tile of many, in a
  * contiguous fp32 copy of the block made once and read by every row (the
  * cache's rows of one head are Hkv * D apart, blocks scattered). The values
  * are the same either way (bf16 widens exactly) and so is every operation a
- * row goes through, so a token's output does not depend on its step's other
- * tokens: chunked prefill, prefix hits and batches give the same bits. */
+ * row goes through (attend_block), so a token's output does not depend on its
+ * step's other tokens: chunked prefill, prefix hits and batches give the same
+ * bits. */
 static inline __attribute__((always_inline)) void attention_item_v16(const attn_args_t *a, int64_t item,
                                                                       float *scratch) {
     const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
@@ -184,15 +239,12 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
     float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
     float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
     const void *krow[ATTN_KB], *vrow[ATTN_KB];
-    const sl_dtype_t src_dt = gather ? DTYPE_F32 : a->kv_dt;
 
     int32_t last = 0; /* the tile's largest position: keys beyond it are seen by no row */
     for (int64_t i = 0; i < nt; i++)
         if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
     for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
     memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
-    v16 lane;
-    for (int i = 0; i < 16; i++) lane[i] = (float)i;
 
     for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
         int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
@@ -213,41 +265,17 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
                 krow[j] = kc, vrow[j] = vc;
             }
         }
+        for (int64_t j = nk; j < (nk + 15) / 16 * 16; j++) krow[j] = vrow[j] = zero_row;
         for (int64_t r = 0; r < rows; r++) {
             int64_t t = tile->t0 + r / group, h = g * group + r % group;
             int64_t n = a->positions[t] + 1 - p0; /* keys of this block row r sees */
             if (n <= 0) continue;
             if (n > nk) n = nk;
             const float *qv = a->q + (t * a->H + h) * D;
-            float mx = mrow[r];
-            v16 sc[ATTN_KB / 16];
-            for (int64_t c = 0; c < (n + 15) / 16; c++) {
-                v16 part[16];
-                for (int k = 0; k < 16; k++) {
-                    part[k] = (v16){0};
-                    if (16 * c + k >= n) continue;
-                    for (int64_t d0 = 0; d0 < D; d0 += 16)
-                        part[k] += v16_load(qv + d0) * v16_load_kv(krow[16 * c + k], src_dt, d0);
-                }
-                v16i seen = lane + (float)(16 * c) < (float)n;
-                sc[c] = v16_select(seen, reduce16(part) * a->scale, (v16){0} - INFINITY);
-                float m = v16_max(sc[c]);
-                mx = m > mx ? m : mx;
-            }
-            for (int64_t c = 0; c < (n + 15) / 16; c++) {
-                v16 e = v16_exp_neg(sc[c] - mx);
-                memcpy(w + 16 * c, &e, sizeof e);
-            }
-            float sum = 0.0f;
-            for (int64_t j = 0; j < n; j++) sum += w[j];
-            float cr = exp_neg(mrow[r] - mx), *o = acc + r * D;
-            lrow[r] = lrow[r] * cr + sum;
-            mrow[r] = mx;
-            for (int64_t d0 = 0; d0 < D; d0 += 16) {
-                v16 ov = v16_load(o + d0) * cr;
-                for (int64_t j = 0; j < n; j++) ov += w[j] * v16_load_kv(vrow[j], src_dt, d0);
-                memcpy(o + d0, &ov, sizeof ov);
-            }
+            if (gather || a->kv_dt == DTYPE_F32)
+                attend_block(qv, krow, vrow, DTYPE_F32, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
+            else
+                attend_block(qv, krow, vrow, DTYPE_BF16, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
         }
     }
     for (int64_t r = 0; r < rows; r++) {
