@@ -14,6 +14,12 @@
  *     --prefix-len tokens; prints vLLM's "Throughput: ..." line. --compare runs
  *     the same prompts twice (continuous vs static batching, or prefix caching
  *     on vs off) and prints the ratio.
+ *   servelab bench peak [--threads 1,2]
+ *     the machine's arithmetic peak, measured: GFLOP/s of fp32 FMAs (AVX-512,
+ *     else AVX2 + FMA, else plain C) and of bf16 dot products (vdpbf16ps, two
+ *     products per fp32 lane) where the CPU has them, on each thread count;
+ *     the ceiling the prefill GFLOP/s of tools/compare-llamacpp are read
+ *     against.
  *   servelab bench scheduler [--running 256,1024] [--steps 200]
  *     host time of one scheduler step plus building its flat batch, with N
  *     requests decoding (no model): the per-step overhead the engine adds.
@@ -43,6 +49,7 @@ static const char *bench_usage =
     "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N] [engine flags]\n"
     "       servelab bench throughput MODEL_DIR [--num-prompts N] [--input-len N] [--output-len N]\n"
     "                [--random-range-ratio R] [--prefix-len N] [--compare batching|prefix-caching] [engine flags]\n"
+    "       servelab bench peak [--threads 1,2]\n"
     "       servelab bench scheduler [--running 256,1024] [--steps N]\n"
     "       servelab bench serve [--base-url URL | --host H --port P] [flags]   (--help for all)\n"
     "       servelab bench compare BASE.json NEW.json [--gate NAME=+P%|NAME=-P% ...]\n";
@@ -189,6 +196,124 @@ static double measure_read_bandwidth(size_t n_bytes, int n_threads) {
     free(a.buf);
     free(a.partial);
     return best;
+}
+
+/* ---- peak ------------------------------------------------------------------- */
+
+/* Arithmetic peak: PEAK_ACC independent accumulators (more than FMA latency x
+ * issue width on current x86), each updated PEAK_ITERS times in registers; a
+ * thread's GFLOP/s is 2 x the multiply-adds over its time. The pool runs one
+ * such loop per thread, so the figure for n threads is what n cores give
+ * together (clocks drop when more cores are busy). */
+#define PEAK_ACC 12
+#define PEAK_ITERS 20000000
+
+#ifdef HAVE_AVX2_PROBE
+__attribute__((target("avx512f,fma"))) static float peak_avx512(void) {
+    __m512 a[PEAK_ACC], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+    for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm512_set1_ps((float)j);
+    for (long i = 0; i < PEAK_ITERS; i++)
+        for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm512_fmadd_ps(a[j], m, c);
+    for (int j = 1; j < PEAK_ACC; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+__attribute__((target("avx2,fma"))) static float peak_avx2(void) {
+    __m256 a[PEAK_ACC], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+    for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm256_set1_ps((float)j);
+    for (long i = 0; i < PEAK_ITERS; i++)
+        for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
+    float o[8], t = 0.0f;
+    for (int j = 1; j < PEAK_ACC; j++) a[0] = _mm256_add_ps(a[0], a[j]);
+    _mm256_storeu_ps(o, a[0]);
+    for (int j = 0; j < 8; j++) t += o[j];
+    return t;
+}
+__attribute__((target("avx512f,avx512bf16"))) static float peak_bf16(void) {
+    __m512 a[PEAK_ACC];
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3a803a80);
+    for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm512_set1_ps((float)j);
+    for (long i = 0; i < PEAK_ITERS; i++)
+        for (int j = 0; j < PEAK_ACC; j++) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+    for (int j = 1; j < PEAK_ACC; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+#endif
+
+static float peak_portable(void) {
+    float a[PEAK_ACC * 8];
+    for (int j = 0; j < PEAK_ACC * 8; j++) a[j] = (float)j;
+    for (long i = 0; i < PEAK_ITERS / 8; i++)
+        for (int j = 0; j < PEAK_ACC * 8; j++) a[j] = a[j] * 0.999999f + 1e-6f;
+    float t = 0.0f;
+    for (int j = 0; j < PEAK_ACC * 8; j++) t += a[j];
+    return t;
+}
+
+typedef enum { PEAK_FP32, PEAK_BF16 } peak_kind_t;
+typedef struct {
+    peak_kind_t kind;
+    double flops;   /* per thread, set by the loop that ran */
+    float sink[256];
+} peak_args_t;
+
+static void peak_run(void *arg, int64_t i0, int64_t i1, int worker) {
+    peak_args_t *a = arg;
+    for (int64_t i = i0; i < i1; i++) {
+#ifdef HAVE_AVX2_PROBE
+        if (a->kind == PEAK_BF16) {
+            a->sink[worker & 255] += peak_bf16();
+            a->flops = 2.0 * 32 * PEAK_ACC * (double)PEAK_ITERS;
+            continue;
+        }
+        if (__builtin_cpu_supports("avx512f")) {
+            a->sink[worker & 255] += peak_avx512();
+            a->flops = 2.0 * 16 * PEAK_ACC * (double)PEAK_ITERS;
+            continue;
+        }
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            a->sink[worker & 255] += peak_avx2();
+            a->flops = 2.0 * 8 * PEAK_ACC * (double)PEAK_ITERS;
+            continue;
+        }
+#endif
+        a->sink[worker & 255] += peak_portable();
+        a->flops = 2.0 * PEAK_ACC * 8 * (double)(PEAK_ITERS / 8);
+    }
+}
+
+/* GFLOP/s of n_threads threads, each running one loop; best of 3. */
+static double measure_peak(peak_kind_t kind, int n_threads) {
+    peak_args_t a = {.kind = kind};
+    double best = 0.0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = sl_now_s();
+        parallel_for(n_threads, n_threads, peak_run, &a);
+        double gf = a.flops * n_threads / (sl_now_s() - t0) / 1e9;
+        if (gf > best) best = gf;
+    }
+    volatile float sink = 0.0f;
+    for (int i = 0; i < 256; i++) sink += a.sink[i];
+    (void)sink;
+    return best;
+}
+
+static int bench_peak(bench_args_t *a) {
+    bool bf16 = false;
+#ifdef HAVE_AVX2_PROBE
+    __builtin_cpu_init();
+    bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+    printf("%-8s %-18s %-18s\n", "threads", "fp32 FMA GFLOP/s", "bf16 dot GFLOP/s");
+    char *save = NULL;
+    for (char *t = strtok_r(a->threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int n = (int)cli_parse_int("--threads", t, 1, 4096);
+        parallel_set_threads(n);
+        double f = measure_peak(PEAK_FP32, n);
+        if (bf16) printf("%-8d %-18.1f %-18.1f\n", n, f, measure_peak(PEAK_BF16, n));
+        else printf("%-8d %-18.1f %-18s\n", n, f, "-");
+        fflush(stdout);
+    }
+    return 0;
 }
 
 static int32_t *random_prompt(int64_t n, int64_t V, uint64_t *state) {
@@ -409,7 +534,7 @@ static int bench_scheduler(bench_args_t *a) {
 }
 
 int cli_bench(int argc, char **argv) {
-    if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput, scheduler, serve or compare");
+    if (argc < 2) cli_usage_error(bench_usage, "expected a benchmark: decode, throughput, peak, scheduler, serve or compare");
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         print_help();
         return 0;
@@ -434,10 +559,14 @@ int cli_bench(int argc, char **argv) {
         if (a.threads_set) a.ea.threads = (int)cli_parse_int("--threads", a.threads, 1, 4096);
         return bench_throughput(&a);
     }
+    if (!strcmp(what, "peak")) {
+        parse(argc - 1, argv + 1, &a, false);
+        return bench_peak(&a);
+    }
     if (!strcmp(what, "scheduler")) {
         parse(argc - 1, argv + 1, &a, false);
         return bench_scheduler(&a);
     }
     cli_usage_error(bench_usage, "argument benchmark: invalid choice: '%s' (choose from 'decode', "
-                    "'throughput', 'scheduler', 'serve', 'compare')", what);
+                    "'throughput', 'peak', 'scheduler', 'serve', 'compare')", what);
 }

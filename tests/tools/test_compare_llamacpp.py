@@ -46,6 +46,11 @@ FAKE_SERVELAB = r'''#!/usr/bin/env python3
 import os, sys
 a = sys.argv[1:]
 open(os.environ["FAKE_LOG"], "a").write("servelab " + " ".join(a) + "\n")
+if a[1] == "peak":   # 100 fp32 / 200 bf16 GFLOP/s per thread
+    t = int(a[3])
+    print("threads  fp32 FMA GFLOP/s   bf16 dot GFLOP/s")
+    print("%-8d %-18.1f %-18.1f" % (t, 100.0 * t, 200.0 * t))
+    sys.exit(0)
 v = dict(zip(a[3::2], a[4::2]))
 t = int(v["--threads"])
 k = 1 if v["--dtype"] == "bfloat16" else 0.5
@@ -97,7 +102,10 @@ def main():
         os.makedirs(build)
         model = os.path.join(tmp, "model")
         os.makedirs(model)
-        open(os.path.join(model, "config.json"), "w").write("{}")
+        # Llama-3-8B's shapes: 2 x 32 x 218,103,808 = 13,958,643,712 FLOP per token through the linears
+        open(os.path.join(model, "config.json"), "w").write(json.dumps(
+            {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 128}))
         g32, g16 = os.path.join(tmp, "m-f32.gguf"), os.path.join(tmp, "m-bf16.gguf")
         for g in (g32, g16):
             open(g, "wb").close()
@@ -142,13 +150,25 @@ def main():
                    if c[0].lstrip("| ").startswith(ph) and c[1] == dt and c[2] == t]
             check(f"table row {ph} {dt} {t} threads = {ll} | {s} | {ratio}",
                   len(hit) == 1 and hit[0][3:6] == [ll, s, ratio + " |"], hit)
-        check("the table has 12 rows (4 phases, 2 threads)", len([x for x in rows if x.startswith(("| decode (", "| prefill", "| batch"))]) == 12, rows)
+        check("the table has 12 rows (4 phases, 2 threads)", len([x for x in rows if x.startswith(("| decode (", "| prefill 256", "| batch"))]) == 12, rows)
         check("the roofline table: bf16, 1 thread: 200 MB, 20 GB/s, llama.cpp 1.00, servelab 1.20",
               "| bf16 | 1 | 200.0 MB | 20.0 | 1.00 | 1.20 |" in out, out)
         check("the roofline table: f32, 2 threads: 400 MB, 40 GB/s, llama.cpp 1.00, servelab 1.20",
               "| f32 | 2 | 400.0 MB | 40.0 | 1.00 | 1.20 |" in out, out)
         check("the header names llama.cpp's version", "version: 9999 (fake)" in out, out)
-        cmds = open(log).read().splitlines()
+        fpt = 13958643712
+        sl16, sl32 = 500 * 256 / 257 * fpt / 1e9, 1000 * 0.5 * 256 / 257 * fpt / 1e9
+        check("the prefill GFLOP/s table: bf16, 1 thread, against the bf16 dot peak",
+              f"| bf16 | 1 | 200.0 (bf16 dot) | {1000 * fpt / 1e9:.1f} | {1000 * fpt / 1e9 / 200:.2f} | "
+              f"{sl16:.1f} | {sl16 / 200:.2f} |" in out, out)
+        check("the prefill GFLOP/s table: f32, 2 threads, against the fp32 FMA peak",
+              f"| f32 | 2 | 200.0 (fp32 FMA) | {1000 * fpt / 1e9:.1f} | {1000 * fpt / 1e9 / 200:.2f} | "
+              f"{sl32:.1f} | {sl32 / 200:.2f} |" in out, out)
+        all_cmds = open(log).read().splitlines()
+        peak = [c for c in all_cmds if c.startswith("servelab bench peak")]
+        check("bench peak once per round and thread count", len(peak) == 6 and
+              sum("--threads 2" in c for c in peak) == 3, peak)
+        cmds = [c for c in all_cmds if not c.startswith("servelab bench peak")]
         check("each side ran 3 x 12 cells", sum(c.startswith("servelab ") for c in cmds) == 36 and
               sum(c.startswith("llama-") and "--version" not in c for c in cmds) == 36, cmds)
         check("interleaved: llama.cpp then servelab, cell by cell",
