@@ -581,9 +581,11 @@ void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializ
          const char *file, int line) {
     int n = 0, trans = 0, bf16 = 0;
     char op[96];
+    op[0] = 0;
     sscanf(tpl, "%95s", op);
-    if (!strncmp(op, "ldmatrix.sync.aligned.m8n8.x", 28) && strcmp(op + 29, ".shared.b16") == 0 ||
-        !strncmp(op, "ldmatrix.sync.aligned.m8n8.x", 28) && strcmp(op + 29, ".trans.shared.b16") == 0) {
+    const bool ldm = !strncmp(op, "ldmatrix.sync.aligned.m8n8.x", 28) && op[28] &&
+                     (!strcmp(op + 29, ".shared.b16") || !strcmp(op + 29, ".trans.shared.b16"));
+    if (ldm) {
         n = op[28] - '0';
         trans = op[30] == 't';
         if ((n != 1 && n != 2 && n != 4) || (int)outs.size() != n || ins.size() != 1)
@@ -601,7 +603,8 @@ void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializ
                                 (unsigned long long)off);
             me.row = reinterpret_cast<const unsigned char *>(g_dyn + off);
         }
-        Coll c{C_LDMATRIX, 0xffffffffu, 0, 0, 32, (uint64_t)(n * 2 + trans), &me, ldmatrix_complete};
+        /* lanes must agree on the form and the source line (.aligned: one instruction for the warp) */
+        Coll c{C_LDMATRIX, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(n * 2 + trans), &me, ldmatrix_complete};
         warp_collective(c, file, line);
         return;
     }
@@ -617,7 +620,7 @@ void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializ
         me.b[0] = (uint32_t)a[4], me.b[1] = (uint32_t)a[5];
         int i = 0;
         for (uint32_t *o : outs) me.d[i++] = o;
-        Coll c{C_MMA_SYNC, 0xffffffffu, 0, 0, 32, (uint64_t)(1 + bf16), &me, mma_complete};
+        Coll c{C_MMA_SYNC, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(1 + bf16), &me, mma_complete};
         warp_collective(c, file, line);
         return;
     }
