@@ -25,9 +25,10 @@
  * The tensor-core prefill (bf16, f16; mma.sync) keeps S, P, O, and Q up to
  * D=128, in registers; 16-bit Q, K and V tiles are in shared memory: BQ = 64
  * (4 warps x 16 rows) at every D, BK = 64 at D <= 128 (15, 27, 51 KB) and 32
- * at D=256 (66 KB; there 128 O and 64 Q registers per thread leave no room for
- * a wider S). The wmma fallback has the same tiles plus fp32 S, 16-bit P and
- * row-factor scratch in shared memory (46, 58, 82, 85 KB).
+ * at D=256 (66 KB; there O alone takes 128 registers per thread, and Q is
+ * reloaded per tile, so S stays narrow). The wmma fallback has the same tiles
+ * plus fp32 S, 16-bit P and row-factor scratch in shared memory (46, 58, 82,
+ * 85 KB).
  * Other head dims (80, 96, 112) need a different thread layout: the decode
  * PV phase needs 128 % (D / vec) == 0 and the prefill O columns D % 32 == 0.
  */

@@ -13,26 +13,43 @@
  * online softmax per row, O += P V, and out = O / l once at the end in dt.
  * Decode sequences in a mixed batch are just blocks with one valid row.
  *
- * Two kernels, one contract. bf16 / f16 run on tensor cores (nvcuda::wmma
- * m16n16k16, fp32 accumulate; the portable API rather than mma.sync PTX,
- * so nothing depends on the fragments' register layout). 4 warps, one per 16 query rows (BQ = 64);
- * K and V tiles of BK rows (64, 32 at D=256) are copied as they are, 16 bytes
- * at a time, into 16-bit shared memory (rows padded by 8 elements: the 16
- * rows of a fragment load fall in distinct banks). A warp keeps its Q
- * fragments (D <= 128; reloaded from shared memory per tile at D=256, where
- * 128 more registers would spill) and its O accumulators (D/16 fragments) in
- * registers. Per tile: S = Q K^T as D/16 x BK/16 MMAs into fp32, stored to
- * the warp's fp32 scratch; the warp's softmax there (lane = row r, half of
- * the columns), with the scale applied to S in fp32 (q stays unscaled: its
- * products with K are exact), mask, online max / sum; P = exp(S - m) rounded
- * to dt (as FlashAttention does), and l sums the rounded P, so the weights
- * the MMA applies sum to l exactly; O *= alpha per row, O += P V. The per-row
- * alpha reaches the accumulators as a 16x16 fragment loaded from a row-factor
- * scratch and multiplied element by element: no use is made of which lane
- * holds which (row, column), only that two accumulator fragments of one type
- * hold them alike. A warp skips a tile past its last row's position (causal
- * diagonal, padding rows). Rounding P costs up to half an ulp of dt per
- * weight (the output's error bound in tests/kernels/test_kernels_attention.c).
+ * Two kernels, one contract (three with the wmma fallback below). bf16 /
+ * f16 run on tensor cores through PTX, as FlashAttention-2 does:
+ * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} (fp32 accumulate) fed by
+ * ldmatrix from shared memory; sm_80 and later (the build targets sm_90).
+ * 4 warps, one per 16 query rows (BQ = 64); K and V tiles of BK rows (64; 32
+ * at D=256) are copied as they are, 16 bytes at a time, into 16-bit shared
+ * memory, rows padded by 8 elements so that the 8 rows of an ldmatrix matrix
+ * fall in distinct banks. A warp loads its Q A fragments once (ldmatrix.x4;
+ * at D=256 once per tile, as 64 more registers beside O's 128 would spill)
+ * and keeps O, D/8 m16n8 fp32 accumulators, in registers. Per tile: S = Q K^T
+ * as D/16 x BK/8 MMAs, K^T's B fragments taken from K's rows by ldmatrix.x4
+ * (two 8-key tiles per load), S in registers; the scale applied to S in fp32
+ * (q stays unscaled: its products with K are exact), the causal mask by
+ * absolute position, an online softmax per row: lane (g, t) = (lane / 4,
+ * lane % 4) holds rows g and g + 8, columns 2t, 2t + 1 of each 8-key tile,
+ * so a row's max and sum take 2 quad shuffles (xor 1, 2). P = exp(S - m)
+ * rounded to dt (as FlashAttention does) and l sums the rounded P, so the
+ * weights the MMA applies sum to l exactly. The C fragments of key tiles 2j
+ * and 2j + 1, packed in pairs, are the A fragment of P for k step j of P V:
+ * P never leaves registers. O *= alpha per row, O += P V with V's B
+ * fragments by ldmatrix.x4.trans. out = O / l, a lane writing 2 elements of
+ * each of its rows per 8 columns. A warp skips a tile past its last row's
+ * position (causal diagonal, padding rows). Rounding P costs up to half an
+ * ulp of dt per weight (the output's error bound in
+ * tests/kernels/test_kernels_attention.c).
+ *
+ * ptxas (CUDA 13.0, sm_90, Release): registers per thread at D = 32, 64, 128,
+ * 256: bf16 127, 148, 201, 210; f16 128, 168, 194, 209; no spills, no stack
+ * (__launch_bounds__(128, 2) allows 255). SASS (nvdisasm) of both dtypes:
+ * LDSM.16.M88.4 for Q and K, LDSM.16.MT88.4 for V, HMMA.16816; per tile and
+ * warp at D=128 32 + 32 LDSM and 128 HMMA, no generic loads and no MOVM (the
+ * wmma kernel's bf16 build has 304 LD.E and 128 MOVM there). Unverified: this
+ * kernel has not run on a GPU; its results are checked only on the CUDA
+ * emulator (tests/cuda-emu, which models ldmatrix and mma.sync with the PTX
+ * ISA's layouts) and its speed is unmeasured. Until it has, the wmma kernel
+ * stays (attention_prefill_wmma.cu: nvcuda::wmma m16n16k16, S and P through
+ * shared memory), run instead when SERVELAB_ATTN_PREFILL=wmma (read once).
  *
  * f32 runs on the FMA kernel, the exactness reference. Thread (rg, cg) =
  * (tid / 8, tid % 8) owns rows rg + 16 i (i < BQ/16) of S, P and O: S
@@ -42,23 +59,16 @@
  * rows per pass of 128 threads.
  *
  * Shared memory (dynamic; bytes = attn_plan_prefill_smem_bytes /
- * attn_plan_prefill_tc_smem_bytes; the launcher raises the limit when it is
+ * attn_plan_prefill_mma_smem_bytes; the launcher raises the limit when it is
  * over 48 KB). FMA: fp32 q (BQ, D+4) pre-scaled, k (BK, D+4), v (BK, D), p
  * (BQ, BK+4), positions int32 (BQ); the +4 pads make the float4 reads of 8
  * different rows by a quarter-warp hit 8 distinct 16-byte bank groups.
  * Tiles: 64x64 (D=32, D=64), 64x32 (D=128), 32x32 (D=256): 43 KB at D=32,
- * 68-104 KB otherwise. Tensor cores: dt q (64, D+8), k and v (BK, D+8),
- * fp32 s (64, BK+8), dt p (64, BK+8), fp32 row factors (64, 16), positions:
- * 46, 58, 82 and 85 KB at D = 32, 64, 128, 256.
+ * 68-104 KB otherwise. mma.sync: dt q (64, D+8), k and v (BK, D+8),
+ * positions: 15, 27, 51 and 66 KB at D = 32, 64, 128, 256.
  *
- * Next steps for speed: cp.async double-buffered K/V (the tensor-core kernel
- * waits on each tile's loads), mma.sync with ldmatrix and P kept in
- * registers (no S / P round trip through shared memory), then wgmma on sm_90a.
- * The mma.sync route is also the fix for bf16's fragment loads, which ptxas
- * turns into generic loads (LD.E) where f16 gets LDSM: loading bf16 through
- * the f16 fragment and copying the bits is not an option, since the two
- * fragments differ (PTX: an m16n16k16 f16 A fragment is 8 .f16x2 registers
- * per thread, a bf16 one 4 .b32).
+ * Next steps for speed, once it has run: cp.async double-buffered K/V (the
+ * kernel waits on each tile's loads), then wgmma on sm_90a.
  */
 #include <math.h>
 #include <stdio.h>
