@@ -510,7 +510,10 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
 
             /* O = O * alpha (per row) + P V */
 #pragma unroll
-            for (int k = 0; k < NO; k++) o[k][0] *= alpha[0], o[k][1] *= alpha[0], o[k][2] *= alpha[1], o[k][3] *= alpha[1];
+            for (int k = 0; k < NO; k++) {
+                o[k][0] *= alpha[0], o[k][1] *= alpha[0];
+                o[k][2] *= alpha[1], o[k][3] *= alpha[1];
+            }
 #pragma unroll
             for (int j = 0; j < NS / 2; j++)
 #pragma unroll

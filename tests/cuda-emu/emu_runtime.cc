@@ -604,7 +604,8 @@ void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializ
             me.row = reinterpret_cast<const unsigned char *>(g_dyn + off);
         }
         /* lanes must agree on the form and the source line (.aligned: one instruction for the warp) */
-        Coll c{C_LDMATRIX, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(n * 2 + trans), &me, ldmatrix_complete};
+        Coll c{C_LDMATRIX, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(n * 2 + trans), &me,
+               ldmatrix_complete};
         warp_collective(c, file, line);
         return;
     }

@@ -111,14 +111,16 @@ __global__ void ldmatrix_lane_missing_kernel(unsigned *out) {
     __syncwarp();
     if (threadIdx.x == 31) return;
     unsigned r;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r) : "r"(sm_addr(m + 8 * (threadIdx.x % 8))));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(r) : "r"(sm_addr(m + 8 * (threadIdx.x % 8))));
     out[threadIdx.x] = r;
 }
 
 /* An ldmatrix given a global-memory address. */
 __global__ void ldmatrix_global_kernel(const uint16_t *in, unsigned *out) {
     unsigned r;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r) : "r"(sm_addr(in + 8 * (threadIdx.x % 8))));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(r) : "r"(sm_addr(in + 8 * (threadIdx.x % 8))));
     out[threadIdx.x] = r;
 }
 
@@ -137,7 +139,8 @@ __global__ void mma_kernel(const T *a, const T *bt, const T *b, float *d, int fo
     const int l = threadIdx.x, g = l >> 2, t = l & 3;
     unsigned ra[4], rb[2];
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(ra[0]), "=r"(ra[1]), "=r"(ra[2]), "=r"(ra[3]) : "r"(sm_addr(sa + 16 * (l & 15) + 8 * (l >> 4))));
+                 : "=r"(ra[0]), "=r"(ra[1]), "=r"(ra[2]), "=r"(ra[3])
+                 : "r"(sm_addr(sa + 16 * (l & 15) + 8 * (l >> 4))));
     if (form == MMA_RIGHT || form == MMA_A_SWAPPED) /* lanes 0-7: k 0-7 of row n = l; 8-15: k 8-15 */
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(rb[0]), "=r"(rb[1])
                      : "r"(sm_addr(sbt + 16 * (l & 7) + 8 * ((l >> 3) & 1))));
@@ -227,8 +230,9 @@ static int ldmatrix_forms(void) {
                 const unsigned lo = 1000 + 8 * (8 * i + r) + c;
                 const unsigned hi = f.trans ? lo + 8 : lo + 1;
                 if (out[4 * l + i] != (lo | hi << 16)) {
-                    if (wrong++ < 4) printf("selftest: ldmatrix %s lane %d register %d: %#x, expected %#x\n", f.name, l, i,
-                                            out[4 * l + i], lo | hi << 16);
+                    if (wrong++ < 4)
+                        printf("selftest: ldmatrix %s lane %d register %d: %#x, expected %#x\n", f.name, l, i,
+                               out[4 * l + i], lo | hi << 16);
                 }
             }
     }
