@@ -163,14 +163,36 @@ static inline cudaError_t allow_dynamic_smem(const void *kern, size_t bytes) {
     return err;
 }
 
+/* Raises the kernel's shared-memory limit when it needs more than the
+ * default 48 KB (once, allow_dynamic_smem), then launches it on the plan's
+ * grid (every prefill kernel takes these arguments). */
+template <typename T, typename Kern>
+static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_plan_t *pl, const AttnArgs &a,
+                                       cudaStream_t st) {
+    cudaError_t err;
+    if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), smem_bytes))) return err;
+    const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
+    kern<<<grid, ATTN_THREADS, smem_bytes, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
+                                                 static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
+                                                 a.positions, a.query_start, a.block_tables, a.max_blocks,
+                                                 a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
+    return cudaGetLastError();
+}
+
 /* Launch the decode (+ reduce) or prefill kernels for `plan` in dtype T, where
- * T is float, __nv_bfloat16 or __half. Return a cudaError_t. */
+ * T is float, __nv_bfloat16 or __half. Return a cudaError_t. The bf16 / f16
+ * prefill runs the mma.sync kernel, or the wmma one when plan->prefill_wmma
+ * (attention_prefill_wmma.cu). */
 cudaError_t launch_decode_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_decode_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_decode_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_prefill_wmma_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_prefill_wmma_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+/* The wmma kernel's shared-memory bytes and tiles at head dim D (0: none). */
+size_t prefill_wmma_smem_bytes(int64_t D, int64_t *q_tile, int64_t *kv_tile);
 
 } // namespace slattn
 

@@ -22,11 +22,13 @@
  * D=32 keeps D=64's 64x64: its thread layout, and 43 KB (under the 48 KB
  * default); a larger BQ would mostly add masked rows (decode rows of mixed
  * batches, short prompts) and fewer blocks for the small models that use it.
- * The tensor-core prefill (bf16, f16) keeps O, and Q up to D=128, in
- * registers (wmma fragments); 16-bit Q, K, V, P and the fp32 S scratch are
- * in shared memory: BQ = 64 (4 warps x 16 rows) at every D, BK = 64 at D <= 128 (46,
- * 58, 82 KB: D=32 under the 48 KB default) and 32 at D=256 (85 KB; BK = 64
- * would be 130 KB, one block per SM).
+ * The tensor-core prefill (bf16, f16; mma.sync) keeps S, P, O, and Q up to
+ * D=128, in registers; 16-bit Q, K and V tiles are in shared memory: BQ = 64
+ * (4 warps x 16 rows) at every D, BK = 64 at D <= 128 (15, 27, 51 KB) and 32
+ * at D=256 (66 KB; there O alone takes 128 registers per thread, and Q is
+ * reloaded per tile, so S stays narrow). The wmma fallback has the same tiles
+ * plus fp32 S, 16-bit P and row-factor scratch in shared memory (46, 58, 82,
+ * 85 KB).
  * Other head dims (80, 96, 112) need a different thread layout: the decode
  * PV phase needs 128 % (D / vec) == 0 and the prefill O columns D % 32 == 0.
  */
@@ -89,13 +91,25 @@ size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) 
     return (size_t)floats * sizeof(float) + (size_t)q_tile * sizeof(int32_t);
 }
 
-/* Layout (attention_prefill.cu, TcLayout): 16-bit q (BQ, D+8), k (BK, D+8),
- * v (BK, D+8), then fp32 s (BQ, BK+8), 16-bit p (BQ, BK+8), fp32 row
+/* Layout (attention_prefill.cu, MmaLayout): 16-bit q (BQ, D+8), k (BK, D+8),
+ * v (BK, D+8), then BQ int32 positions; S and P stay in registers. */
+size_t attn_plan_prefill_mma_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) {
+    return (size_t)(q_tile + 2 * kv_tile) * (size_t)(D + 8) * 2 + (size_t)q_tile * 4;
+}
+
+/* Layout (attention_prefill_wmma.cu, WmmaLayout): 16-bit q (BQ, D+8), k (BK,
+ * D+8), v (BK, D+8), then fp32 s (BQ, BK+8), 16-bit p (BQ, BK+8), fp32 row
  * factors (BQ, 16), then BQ int32 positions. */
-size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) {
+size_t attn_plan_prefill_wmma_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D) {
     int64_t halves = q_tile * (D + 8) + 2 * kv_tile * (D + 8) + q_tile * (kv_tile + 8);
     int64_t words = q_tile * (kv_tile + 8) + q_tile * 16 + q_tile;
     return (size_t)halves * 2 + (size_t)words * 4;
+}
+
+void attn_plan_use_wmma_prefill(attn_plan_t *p) {
+    if (!p->prefill_tc) return;
+    p->prefill_wmma = 1;
+    p->prefill_smem_bytes = attn_plan_prefill_wmma_smem_bytes(p->q_tile, p->kv_tile, p->D);
 }
 
 int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, int64_t max_query_len,
@@ -158,7 +172,7 @@ int attn_plan_make(attn_plan_t *p, int64_t T, int64_t S, int64_t max_seq_len, in
     p->prefill_grid[0] = p->n_q_tiles;
     p->prefill_grid[1] = H;
     p->prefill_grid[2] = S;
-    p->prefill_smem_bytes = p->prefill_tc ? attn_plan_prefill_tc_smem_bytes(p->q_tile, p->kv_tile, D)
+    p->prefill_smem_bytes = p->prefill_tc ? attn_plan_prefill_mma_smem_bytes(p->q_tile, p->kv_tile, D)
                                           : attn_plan_prefill_smem_bytes(p->q_tile, p->kv_tile, D);
 
     if (p->path == ATTN_PATH_DECODE) {

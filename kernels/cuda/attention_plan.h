@@ -10,8 +10,9 @@
  *     (query heads of one KV head computed by one block), grids, shared
  *     memory and the workspace of fp32 partials; attn_decode_split, shared
  *     with the kernels, cuts one sequence's context into partitions;
- *   - prefill: the kernel (tensor cores for bf16 / f16, fp32 FMA for f32),
- *     query tile / KV tile sizes by head dim, grid, shared memory.
+ *   - prefill: the kernel (tensor cores for bf16 / f16: mma.sync, or the
+ *     wmma fallback; fp32 FMA for f32), query tile / KV tile sizes by head
+ *     dim, grid, shared memory.
  * The kernels (attention_decode.cu, attention_prefill.cu) lay out their
  * shared memory by the same formulas and check the byte counts at launch.
  */
@@ -55,8 +56,8 @@ extern "C" {
 #define ATTN_PREFILL_BK_D128 32
 #define ATTN_PREFILL_BQ_D256 32
 #define ATTN_PREFILL_BK_D256 32
-/* The tensor-core prefill (16-bit dtypes): 64 query rows per block (one warp
- * per 16) at every head dim, KV rows per step by head dim. */
+/* The tensor-core prefills (16-bit dtypes, mma.sync and wmma alike): 64 query
+ * rows per block (one warp per 16) at every head dim, KV rows per step by head dim. */
 #define ATTN_PREFILL_TC_BQ 64
 #define ATTN_PREFILL_TC_BK_D32 64
 #define ATTN_PREFILL_TC_BK_D64 64
@@ -86,7 +87,8 @@ typedef struct {
     size_t reduce_smem_bytes;   /* n_parts fp32 weights, rounded up to 16 bytes */
 
     /* prefill: grid (n_q_tiles, H, S), ATTN_THREADS threads */
-    int prefill_tc;             /* 1: the tensor-core kernel (elem_bytes 2); 0: the fp32 FMA one */
+    int prefill_tc;             /* 1: a tensor-core kernel (elem_bytes 2); 0: the fp32 FMA one */
+    int prefill_wmma;           /* tensor cores: 0 the mma.sync kernel, 1 the wmma fallback */
     int64_t q_tile, kv_tile;    /* BQ query rows, BK KV rows */
     int64_t n_q_tiles;          /* ceil(max_query_len / BQ) */
     int64_t prefill_grid[3];
@@ -162,20 +164,26 @@ static inline ATTN_HOST_DEVICE void attn_decode_split(int n_ctx, int target_part
     *n_valid = (n_ctx + *part_len - 1) / *part_len;
 }
 
+/* Switches a plan made by attn_plan_make from the mma.sync prefill kernel to
+ * the wmma one (SERVELAB_ATTN_PREFILL=wmma): same tiles and grid, its shared
+ * memory. Nothing changes for a plan without tensor cores (f32). */
+void attn_plan_use_wmma_prefill(attn_plan_t *p);
+
 /* Shared-memory bytes of the kernels, by the formulas their layouts use. */
 size_t attn_plan_decode_smem_bytes(int64_t head_tile, int64_t D, int64_t vec);
 size_t attn_plan_prefill_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
-size_t attn_plan_prefill_tc_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
+size_t attn_plan_prefill_mma_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
+size_t attn_plan_prefill_wmma_smem_bytes(int64_t q_tile, int64_t kv_tile, int64_t D);
 
 /* The kernels' own shared-memory layouts (attention_decode.cu,
- * attention_prefill.cu; CUDA builds only, callable without a device): bytes
+ * attention_prefill*.cu; CUDA builds only, callable without a device): bytes
  * of the decode kernel for elem_bytes (4: f32; 2: bf16 / f16), D and
- * head_tile, and of the prefill kernel (FMA for 4, tensor cores for 2) with
- * its tiles; 0 for a shape no kernel is instantiated for. A launch refuses a
- * plan whose bytes differ, but only on a GPU: the unit test compares these
- * with the plan's functions above in every CUDA build. */
+ * head_tile, and of the prefill kernel (FMA for 4; for 2, mma.sync, or wmma
+ * when `wmma`) with its tiles; 0 for a shape no kernel is instantiated for. A
+ * launch refuses a plan whose bytes differ, but only on a GPU: the unit test
+ * compares these with the plan's functions above in every CUDA build. */
 size_t attn_kernel_decode_smem_bytes(int64_t elem_bytes, int64_t D, int64_t head_tile);
-size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int64_t D, int64_t *q_tile, int64_t *kv_tile);
+size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int wmma, int64_t D, int64_t *q_tile, int64_t *kv_tile);
 
 #ifdef __cplusplus
 }

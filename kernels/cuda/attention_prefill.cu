@@ -13,26 +13,43 @@
  * online softmax per row, O += P V, and out = O / l once at the end in dt.
  * Decode sequences in a mixed batch are just blocks with one valid row.
  *
- * Two kernels, one contract. bf16 / f16 run on tensor cores (nvcuda::wmma
- * m16n16k16, fp32 accumulate; the portable API rather than mma.sync PTX,
- * so nothing depends on the fragments' register layout). 4 warps, one per 16 query rows (BQ = 64);
- * K and V tiles of BK rows (64, 32 at D=256) are copied as they are, 16 bytes
- * at a time, into 16-bit shared memory (rows padded by 8 elements: the 16
- * rows of a fragment load fall in distinct banks). A warp keeps its Q
- * fragments (D <= 128; reloaded from shared memory per tile at D=256, where
- * 128 more registers would spill) and its O accumulators (D/16 fragments) in
- * registers. Per tile: S = Q K^T as D/16 x BK/16 MMAs into fp32, stored to
- * the warp's fp32 scratch; the warp's softmax there (lane = row r, half of
- * the columns), with the scale applied to S in fp32 (q stays unscaled: its
- * products with K are exact), mask, online max / sum; P = exp(S - m) rounded
- * to dt (as FlashAttention does), and l sums the rounded P, so the weights
- * the MMA applies sum to l exactly; O *= alpha per row, O += P V. The per-row
- * alpha reaches the accumulators as a 16x16 fragment loaded from a row-factor
- * scratch and multiplied element by element: no use is made of which lane
- * holds which (row, column), only that two accumulator fragments of one type
- * hold them alike. A warp skips a tile past its last row's position (causal
- * diagonal, padding rows). Rounding P costs up to half an ulp of dt per
- * weight (the output's error bound in tests/kernels/test_kernels_attention.c).
+ * Two kernels, one contract (three with the wmma fallback below). bf16 /
+ * f16 run on tensor cores through PTX, as FlashAttention-2 does:
+ * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} (fp32 accumulate) fed by
+ * ldmatrix from shared memory; sm_80 and later (the build targets sm_90).
+ * 4 warps, one per 16 query rows (BQ = 64); K and V tiles of BK rows (64; 32
+ * at D=256) are copied as they are, 16 bytes at a time, into 16-bit shared
+ * memory, rows padded by 8 elements so that the 8 rows of an ldmatrix matrix
+ * fall in distinct banks. A warp loads its Q A fragments once (ldmatrix.x4;
+ * at D=256 once per tile, as 64 more registers beside O's 128 would spill)
+ * and keeps O, D/8 m16n8 fp32 accumulators, in registers. Per tile: S = Q K^T
+ * as D/16 x BK/8 MMAs, K^T's B fragments taken from K's rows by ldmatrix.x4
+ * (two 8-key tiles per load), S in registers; the scale applied to S in fp32
+ * (q stays unscaled: its products with K are exact), the causal mask by
+ * absolute position, an online softmax per row: lane (g, t) = (lane / 4,
+ * lane % 4) holds rows g and g + 8, columns 2t, 2t + 1 of each 8-key tile,
+ * so a row's max and sum take 2 quad shuffles (xor 1, 2). P = exp(S - m)
+ * rounded to dt (as FlashAttention does) and l sums the rounded P, so the
+ * weights the MMA applies sum to l exactly. The C fragments of key tiles 2j
+ * and 2j + 1, packed in pairs, are the A fragment of P for k step j of P V:
+ * P never leaves registers. O *= alpha per row, O += P V with V's B
+ * fragments by ldmatrix.x4.trans. out = O / l, a lane writing 2 elements of
+ * each of its rows per 8 columns. A warp skips a tile past its last row's
+ * position (causal diagonal, padding rows). Rounding P costs up to half an
+ * ulp of dt per weight (the output's error bound in
+ * tests/kernels/test_kernels_attention.c).
+ *
+ * ptxas (CUDA 13.0, sm_90, Release): registers per thread at D = 32, 64, 128,
+ * 256: bf16 127, 148, 201, 210; f16 128, 168, 194, 209; no spills, no stack
+ * (__launch_bounds__(128, 2) allows 255). SASS (nvdisasm) of both dtypes:
+ * LDSM.16.M88.4 for Q and K, LDSM.16.MT88.4 for V, HMMA.16816; per tile and
+ * warp at D=128 32 + 32 LDSM and 128 HMMA, no generic loads and no MOVM (the
+ * wmma kernel's bf16 build has 304 LD.E and 128 MOVM there). Unverified: this
+ * kernel has not run on a GPU; its results are checked only on the CUDA
+ * emulator (tests/cuda-emu, which models ldmatrix and mma.sync with the PTX
+ * ISA's layouts) and its speed is unmeasured. Until it has, the wmma kernel
+ * stays (attention_prefill_wmma.cu: nvcuda::wmma m16n16k16, S and P through
+ * shared memory), run instead when SERVELAB_ATTN_PREFILL=wmma (read once).
  *
  * f32 runs on the FMA kernel, the exactness reference. Thread (rg, cg) =
  * (tid / 8, tid % 8) owns rows rg + 16 i (i < BQ/16) of S, P and O: S
@@ -42,28 +59,24 @@
  * rows per pass of 128 threads.
  *
  * Shared memory (dynamic; bytes = attn_plan_prefill_smem_bytes /
- * attn_plan_prefill_tc_smem_bytes; the launcher raises the limit when it is
+ * attn_plan_prefill_mma_smem_bytes; the launcher raises the limit when it is
  * over 48 KB). FMA: fp32 q (BQ, D+4) pre-scaled, k (BK, D+4), v (BK, D), p
  * (BQ, BK+4), positions int32 (BQ); the +4 pads make the float4 reads of 8
  * different rows by a quarter-warp hit 8 distinct 16-byte bank groups.
  * Tiles: 64x64 (D=32, D=64), 64x32 (D=128), 32x32 (D=256): 43 KB at D=32,
- * 68-104 KB otherwise. Tensor cores: dt q (64, D+8), k and v (BK, D+8),
- * fp32 s (64, BK+8), dt p (64, BK+8), fp32 row factors (64, 16), positions:
- * 46, 58, 82 and 85 KB at D = 32, 64, 128, 256.
+ * 68-104 KB otherwise. mma.sync: dt q (64, D+8), k and v (BK, D+8),
+ * positions: 15, 27, 51 and 66 KB at D = 32, 64, 128, 256.
  *
- * Next steps for speed: cp.async double-buffered K/V (the tensor-core kernel
- * waits on each tile's loads), mma.sync with ldmatrix and P kept in
- * registers (no S / P round trip through shared memory), then wgmma on sm_90a.
- * The mma.sync route is also the fix for bf16's fragment loads, which ptxas
- * turns into generic loads (LD.E) where f16 gets LDSM: loading bf16 through
- * the f16 fragment and copying the bits is not an option, since the two
- * fragments differ (PTX: an m16n16k16 f16 A fragment is 8 .f16x2 registers
- * per thread, a bf16 one 4 .b32).
+ * Next steps for speed, once it has run: cp.async double-buffered K/V (the
+ * kernel waits on each tile's loads), then wgmma on sm_90a.
  */
 #include <math.h>
-#include <mma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "attention_common.cuh"
 #include "kernels.h"
@@ -269,53 +282,87 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     }
 }
 
-/* ---- tensor cores (bf16, f16) ---------------------------------------------- */
+/* ---- tensor cores (bf16, f16): mma.sync m16n8k16 -------------------------- */
 
-/* Byte offsets of the tensor-core kernel's shared memory (the formula of
- * attn_plan_prefill_tc_smem_bytes). Strides in elements: QP for q, k and v
- * rows, SP for s and p rows. Every wmma tile pointer must be 32-byte aligned:
- * region starts are, and so is each warp's / fragment's 16-row, 16-column
- * corner within them (16 * a stride that is a multiple of 8 elements). */
-template <int D, int BK> struct TcLayout {
-    static constexpr int BQ = ATTN_PREFILL_TC_BQ, QP = D + 8, SP = BK + 8;
-    static constexpr size_t Q = 0, K = Q + (size_t)BQ * QP * 2, V = K + (size_t)BK * QP * 2,
-                            S = V + (size_t)BK * QP * 2, P = S + (size_t)BQ * SP * 4,
-                            R = P + (size_t)BQ * SP * 2, POS = R + (size_t)BQ * 16 * 4, BYTES = POS + (size_t)BQ * 4;
+/* Byte offsets of the mma.sync kernel's shared memory (the formula of
+ * attn_plan_prefill_mma_smem_bytes): 16-bit q (BQ, RP), k (BK, RP), v (BK,
+ * RP), RP = D + 8, then BQ int32 positions. Each ldmatrix row is 16 bytes at a
+ * multiple of 16: region starts and strides are. The 8-element pad puts the 8
+ * rows of one 8x8 matrix 4 banks apart: an ldmatrix phase hits all 32 banks. */
+template <int D, int BK> struct MmaLayout {
+    static constexpr int BQ = ATTN_PREFILL_TC_BQ, RP = D + 8;
+    static constexpr size_t Q = 0, K = Q + (size_t)BQ * RP * 2, V = K + (size_t)BK * RP * 2,
+                            POS = V + (size_t)BK * RP * 2, BYTES = POS + (size_t)BQ * 4;
     static_assert(BQ == 16 * (ATTN_THREADS / 32), "one warp per 16 query rows");
-    static_assert(D % 16 == 0 && BK % 16 == 0, "whole 16x16 fragments");
-    static_assert(K % 32 == 0 && V % 32 == 0 && S % 32 == 0 && P % 32 == 0 && R % 32 == 0, "wmma tile alignment");
+    static_assert(D % 16 == 0 && BK % 16 == 0, "whole 16x16 A tiles, pairs of 8-key tiles");
+    static_assert((RP * 2) % 16 == 0 && K % 16 == 0 && V % 16 == 0 && POS % 16 == 0, "16-byte ldmatrix rows");
 };
 
-/* 2 blocks per SM: up to 255 registers, which D >= 128 needs (at D=128: 64
- * for Q, 64 for O, 32 for S; ptxas spills a few bytes at D=128 and f16
- * D=256); shared memory allows 2 at every D. */
+/* The shared-window address of a pointer into shared memory, for ldmatrix. */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* Four 8x8 16-bit matrices; lane 8 i + r gives the address of row r of matrix
+ * i, and r[i] of lane l holds matrix i's row l / 4, columns 2 (l % 4) + 0, 1. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(row)));
+}
+/* The same, each matrix transposed: r[i] of lane l holds column l / 4, rows
+ * 2 (l % 4) + 0, 1. */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(row)));
+}
+
+/* d += A (16x16, row) B (16x8, col), fp32 accumulate: a is the A fragment
+ * (a[0]: row g, columns 2t, 2t+1; a[1]: row g+8; a[2], a[3]: columns + 8),
+ * b0 / b1 the B fragment (rows 2t, 2t+1 / + 8 of column g), d rows g (d[0],
+ * d[1]) and g+8 (d[2], d[3]), columns 2t, 2t+1; g = lane / 4, t = lane % 4. */
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]),
+                       "f"(d[2]), "f"(d[3]));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]),
+                       "f"(d[2]), "f"(d[3]));
+    }
+}
+
+/* 2 blocks per SM: up to 255 registers (figures in the header); shared
+ * memory allows 3 or more at every D. */
 template <typename T, int D, int BK>
 __global__ void __launch_bounds__(ATTN_THREADS, 2)
-    attn_prefill_tc_kernel(T *__restrict__ out,                      /* (T, H, D) */
-                           const T *__restrict__ q,                  /* (T, H, D) */
-                           const T *__restrict__ kc,                 /* (slots, Hkv, D) */
-                           const T *__restrict__ vc,                 /* (slots, Hkv, D) */
-                           const int32_t *__restrict__ positions,    /* (T) */
-                           const int32_t *__restrict__ query_start,  /* (S+1) */
-                           const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
-                           int max_blocks, int block_size, int H, int Hkv, int group, float scale) {
-    using namespace nvcuda;
-    using L = TcLayout<D, BK>;
-    using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-    using FragKt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>; /* K^T from K rows */
-    using FragV = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-    using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-    constexpr int NT = ATTN_THREADS, BQ = L::BQ, QP = L::QP, SP = L::SP, VEC = Vec<T>::N, NCH = D / VEC;
-    constexpr int ND = D / 16, NK = BK / 16, NC = BK / 8;
-    constexpr bool QREG = D <= 128; /* Q fragments held in registers */
+    attn_prefill_mma_kernel(T *__restrict__ out,                      /* (T, H, D) */
+                            const T *__restrict__ q,                  /* (T, H, D) */
+                            const T *__restrict__ kc,                 /* (slots, Hkv, D) */
+                            const T *__restrict__ vc,                 /* (slots, Hkv, D) */
+                            const int32_t *__restrict__ positions,    /* (T) */
+                            const int32_t *__restrict__ query_start,  /* (S+1) */
+                            const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
+                            int max_blocks, int block_size, int H, int Hkv, int group, float scale) {
+    using L = MmaLayout<D, BK>;
+    constexpr int NT = ATTN_THREADS, BQ = L::BQ, RP = L::RP, VEC = Vec<T>::N, NCH = D / VEC;
+    constexpr int KD = D / 16; /* 16-wide k steps of S = Q K^T */
+    constexpr int NS = BK / 8; /* 8-key column tiles of S; NS / 2 16-key k steps of P V */
+    constexpr int NO = D / 8;  /* 8-column tiles of O */
+    constexpr bool QREG = D <= 128; /* Q fragments in registers (D=256: 64 more would spill) */
     static_assert(sizeof(T) == 2, "16-bit dtypes");
     static_assert((BQ * NCH) % NT == 0 && (BK * NCH) % NT == 0, "whole rows of chunks per pass");
+    static_assert(NS % 2 == 0 && NO % 2 == 0, "x4 loads cover two 8-wide tiles");
 
-    extern __shared__ __align__(128) unsigned char smem_tc[];
-    T *s_q = reinterpret_cast<T *>(smem_tc + L::Q), *s_k = reinterpret_cast<T *>(smem_tc + L::K);
-    T *s_v = reinterpret_cast<T *>(smem_tc + L::V), *s_p = reinterpret_cast<T *>(smem_tc + L::P);
-    float *s_s = reinterpret_cast<float *>(smem_tc + L::S), *s_r = reinterpret_cast<float *>(smem_tc + L::R);
-    int *s_pos = reinterpret_cast<int *>(smem_tc + L::POS);
+    extern __shared__ __align__(128) unsigned char smem_mma[];
+    T *s_q = reinterpret_cast<T *>(smem_mma + L::Q), *s_k = reinterpret_cast<T *>(smem_mma + L::K);
+    T *s_v = reinterpret_cast<T *>(smem_mma + L::V);
+    int *s_pos = reinterpret_cast<int *>(smem_mma + L::POS);
 
     const int s = blockIdx.z, h = blockIdx.y;
     const int qe = query_start[s + 1];
@@ -332,7 +379,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
         const int e = tid + it * NT, r = e / NCH, c = e % NCH;
         uint4 u = zero;
         if (r < qn) u = __ldg(reinterpret_cast<const uint4 *>(q + ((int64_t)(q0 + r) * H + h) * D + c * VEC));
-        *reinterpret_cast<uint4 *>(s_q + r * QP + c * VEC) = u;
+        *reinterpret_cast<uint4 *>(s_q + r * RP + c * VEC) = u;
     }
     __syncthreads();
 
@@ -340,21 +387,31 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     for (int r = 0; r < qn; r++) kv_end = max(kv_end, s_pos[r] + 1);
     int w_last = -1; /* the last key a row of this warp sees; -1: all padding */
     for (int r = 16 * warp; r < min(16 * warp + 16, qn); r++) w_last = max(w_last, s_pos[r]);
-    /* softmax and output: this lane's row of the warp's 16, and half of its columns */
-    const int r = lane >> 1, hf = lane & 1, row_pos = s_pos[16 * warp + r];
-    float m = -INFINITY, l = 0.0f;
+    /* this lane's rows of the fragments: g and g + 8 of the warp's 16; its
+     * columns of each 8-wide tile: 2t, 2t + 1 */
+    const int g = lane >> 2, t = lane & 3;
+    const int pos_g = s_pos[16 * warp + g], pos_g8 = s_pos[16 * warp + g + 8];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    const T *q_w = s_q + 16 * warp * QP;
-    float *s_w = s_s + 16 * warp * SP, *r_w = s_r + 256 * warp;
-    T *p_w = s_p + 16 * warp * SP;
-    FragA qf[QREG ? ND : 1];
+    /* ldmatrix row addresses (lane 8 i + r gives row r of matrix i):
+     * Q, A of S = Q K^T: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7,
+     *   8-15), (8-15, 8-15) of the warp's 16 rows = a[0..3];
+     * K, B of S (K^T, "col"): keys 0-7 at d 0-7, keys 0-7 at d 8-15, then keys
+     *   8-15 likewise = b0, b1 of key tile n, b0, b1 of key tile n + 1;
+     * V, B of O += P V, transposed on load: keys 0-7 then 8-15 at d 0-7, then
+     *   at d 8-15 = b0, b1 of column tile k, b0, b1 of column tile k + 1. */
+    const T *q_lane = s_q + (16 * warp + (lane & 15)) * RP + 8 * (lane >> 4);
+    const T *k_lane = s_k + ((lane & 7) + 8 * (lane >> 4)) * RP + 8 * ((lane >> 3) & 1);
+    const T *v_lane = s_v + ((lane & 7) + 8 * ((lane >> 3) & 1)) * RP + 8 * (lane >> 4);
+
+    uint32_t qf[QREG ? KD : 1][4];
     if constexpr (QREG) {
 #pragma unroll
-        for (int d = 0; d < ND; d++) wmma::load_matrix_sync(qf[d], q_w + 16 * d, QP);
+        for (int kd = 0; kd < KD; kd++) ldsm_x4(qf[kd], q_lane + 16 * kd);
     }
-    FragC of[ND];
+    float o[NO][4];
 #pragma unroll
-    for (int k = 0; k < ND; k++) wmma::fill_fragment(of[k], 0.0f);
+    for (int k = 0; k < NO; k++) o[k][0] = o[k][1] = o[k][2] = o[k][3] = 0.0f;
 
     const int32_t *table = block_tables + (int64_t)s * max_blocks;
     const int64_t kv_stride = (int64_t)Hkv * D;
@@ -375,143 +432,129 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
                 ku = __ldg(reinterpret_cast<const uint4 *>(kbase + off));
                 vu = __ldg(reinterpret_cast<const uint4 *>(vbase + off));
             }
-            *reinterpret_cast<uint4 *>(s_k + j * QP + c * VEC) = ku;
-            *reinterpret_cast<uint4 *>(s_v + j * QP + c * VEC) = vu;
+            *reinterpret_cast<uint4 *>(s_k + j * RP + c * VEC) = ku;
+            *reinterpret_cast<uint4 *>(s_v + j * RP + c * VEC) = vu;
         }
         __syncthreads();
 
         if (k0 <= w_last) { /* warp-uniform: else every row of the warp masks the whole tile */
-            /* S = Q K^T (unscaled) to the warp's fp32 scratch */
-            FragC sf[NK];
+            /* S = Q K^T (unscaled), fp32 in registers */
+            float sc[NS][4];
 #pragma unroll
-            for (int n = 0; n < NK; n++) wmma::fill_fragment(sf[n], 0.0f);
+            for (int n = 0; n < NS; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-            for (int d = 0; d < ND; d++) {
-                if constexpr (!QREG) wmma::load_matrix_sync(qf[0], q_w + 16 * d, QP);
-                const FragA &qa = qf[QREG ? d : 0];
+            for (int kd = 0; kd < KD; kd++) {
+                uint32_t qa[4];
+                if constexpr (QREG) {
+                    qa[0] = qf[kd][0], qa[1] = qf[kd][1], qa[2] = qf[kd][2], qa[3] = qf[kd][3];
+                } else {
+                    ldsm_x4(qa, q_lane + 16 * kd);
+                }
 #pragma unroll
-                for (int n = 0; n < NK; n++) {
-                    FragKt kt;
-                    wmma::load_matrix_sync(kt, s_k + 16 * n * QP + 16 * d, QP);
-                    wmma::mma_sync(sf[n], qa, kt, sf[n]);
+                for (int n = 0; n < NS; n += 2) {
+                    uint32_t kb[4];
+                    ldsm_x4(kb, k_lane + 8 * n * RP + 16 * kd);
+                    mma_16816<T>(sc[n], qa, kb[0], kb[1]);
+                    mma_16816<T>(sc[n + 1], qa, kb[2], kb[3]);
                 }
             }
-#pragma unroll
-            for (int n = 0; n < NK; n++) wmma::store_matrix_sync(s_w + 16 * n, sf[n], SP, wmma::mem_row_major);
-            __syncwarp();
 
-            /* row r, columns 8 j + 4 hf .. +3: scale, mask, online softmax;
-             * P rounded to dt, and l sums what was rounded */
-            float x[NC][4], mx = -INFINITY;
+            /* scale, mask and the online softmax of rows g (i = 0) and g + 8
+             * (i = 1): a row's 8 columns of a tile are spread over the 4
+             * lanes of a quad, so its max and sum take 2 shuffles */
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int j = 0; j < NC; j++) {
-                const float4 f = *reinterpret_cast<const float4 *>(s_w + r * SP + 8 * j + 4 * hf);
-                x[j][0] = f.x * scale, x[j][1] = f.y * scale, x[j][2] = f.z * scale, x[j][3] = f.w * scale;
+            for (int n = 0; n < NS; n++)
 #pragma unroll
-                for (int v = 0; v < 4; v++) {
-                    const int c = 8 * j + 4 * hf + v;
-                    if (!(c < kn && k0 + c <= row_pos)) x[j][v] = -INFINITY;
-                    mx = fmaxf(mx, x[j][v]);
+                for (int e = 0; e < 4; e++) {
+                    const int c = 8 * n + 2 * t + (e & 1);
+                    float x = sc[n][e] * scale;
+                    if (!(c < kn && k0 + c <= (e < 2 ? pos_g : pos_g8))) x = -INFINITY;
+                    sc[n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            const float m_new = fmaxf(m, mx);
-            /* a row that has seen no key yet keeps m = -inf; subtracting 0
-             * instead keeps exp(-inf - m) = 0 and avoids inf - inf */
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = expf(m - m_use);
-            float rs = 0.0f;
+            float m_use[2], alpha[2];
 #pragma unroll
-            for (int j = 0; j < NC; j++) {
-                uint2 w;
-                w.x = f2_to_u32(expf(x[j][0] - m_use), expf(x[j][1] - m_use), tag);
-                w.y = f2_to_u32(expf(x[j][2] - m_use), expf(x[j][3] - m_use), tag);
-                const float2 a = u32_to_f2(w.x, tag), b = u32_to_f2(w.y, tag);
-                rs += (a.x + a.y) + (b.x + b.y);
-                *reinterpret_cast<uint2 *>(p_w + r * SP + 8 * j + 4 * hf) = w;
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                const float m_new = fmaxf(m[i], mx[i]);
+                /* a row that has seen no key yet keeps m = -inf; subtracting
+                 * 0 instead keeps exp(-inf - m) = 0 and avoids inf - inf */
+                m_use[i] = m_new == -INFINITY ? 0.0f : m_new;
+                alpha[i] = expf(m[i] - m_use[i]);
+                m[i] = m_new;
             }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-            l = l * alpha + rs;
-            m = m_new;
-            /* alpha of row r to the row factors, columns 8 hf .. 8 hf + 7 */
-            const float4 a4 = make_float4(alpha, alpha, alpha, alpha);
-            *reinterpret_cast<float4 *>(r_w + 16 * r + 8 * hf) = a4;
-            *reinterpret_cast<float4 *>(r_w + 16 * r + 8 * hf + 4) = a4;
-            __syncwarp();
+            /* P = exp(S - m) rounded to dt, straight into A fragments of P V:
+             * the C fragment of key tiles 2j and 2j + 1 (rows g, g + 8,
+             * columns 2t, 2t + 1) is the A fragment of k step j; l sums the
+             * rounded P, the weights the MMA applies */
+            uint32_t pa[NS / 2][4];
+            float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                const uint32_t lo = f2_to_u32(expf(sc[n][0] - m_use[0]), expf(sc[n][1] - m_use[0]), tag);
+                const uint32_t hi = f2_to_u32(expf(sc[n][2] - m_use[1]), expf(sc[n][3] - m_use[1]), tag);
+                const float2 a = u32_to_f2(lo, tag), b = u32_to_f2(hi, tag);
+                rs[0] += a.x + a.y;
+                rs[1] += b.x + b.y;
+                pa[n / 2][2 * (n & 1)] = lo;
+                pa[n / 2][2 * (n & 1) + 1] = hi;
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+                rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+                l[i] = l[i] * alpha[i] + rs[i];
+            }
 
             /* O = O * alpha (per row) + P V */
-            FragC af;
-            wmma::load_matrix_sync(af, r_w, 16, wmma::mem_row_major);
 #pragma unroll
-            for (int k = 0; k < ND; k++)
-#pragma unroll
-                for (int i = 0; i < af.num_elements; i++) of[k].x[i] *= af.x[i];
-#pragma unroll
-            for (int n = 0; n < NK; n++) {
-                FragA pa;
-                wmma::load_matrix_sync(pa, p_w + 16 * n, SP);
-#pragma unroll
-                for (int k = 0; k < ND; k++) {
-                    FragV vb;
-                    wmma::load_matrix_sync(vb, s_v + 16 * n * QP + 16 * k, QP);
-                    wmma::mma_sync(of[k], pa, vb, of[k]);
-                }
+            for (int k = 0; k < NO; k++) {
+                o[k][0] *= alpha[0], o[k][1] *= alpha[0];
+                o[k][2] *= alpha[1], o[k][3] *= alpha[1];
             }
+#pragma unroll
+            for (int j = 0; j < NS / 2; j++)
+#pragma unroll
+                for (int k = 0; k < NO; k += 2) {
+                    uint32_t vb[4];
+                    ldsm_x4_trans(vb, v_lane + 16 * j * RP + 8 * k);
+                    mma_16816<T>(o[k], pa[j], vb[0], vb[1]);
+                    mma_16816<T>(o[k + 1], pa[j], vb[2], vb[3]);
+                }
         }
         __syncthreads(); /* K and V are rewritten by the next tile */
     }
 
-    /* out = O / l, one 16-column fragment at a time through the S scratch;
-     * a lane writes 8 columns (16 bytes) of its row */
-    const int row = 16 * warp + r;
-    T *dst = out + ((int64_t)(q0 + row) * H + h) * D + 8 * hf;
+    /* out = O / l: a lane writes columns 8k + 2t, 2t + 1 of rows g and g + 8 */
+    const int r0 = 16 * warp + g, r1 = r0 + 8;
+    T *dst0 = out + ((int64_t)(q0 + r0) * H + h) * D + 2 * t, *dst1 = out + ((int64_t)(q0 + r1) * H + h) * D + 2 * t;
 #pragma unroll
-    for (int k = 0; k < ND; k++) {
-        wmma::store_matrix_sync(s_w, of[k], SP, wmma::mem_row_major);
-        __syncwarp();
-        if (row < qn) {
-            const float4 a = *reinterpret_cast<const float4 *>(s_w + r * SP + 8 * hf);
-            const float4 b = *reinterpret_cast<const float4 *>(s_w + r * SP + 8 * hf + 4);
-            const float f[8] = {a.x / l, a.y / l, a.z / l, a.w / l, b.x / l, b.y / l, b.z / l, b.w / l};
-            store16(dst + 16 * k, f);
-        }
-        __syncwarp(); /* the next fragment overwrites the scratch */
+    for (int k = 0; k < NO; k++) {
+        if (r0 < qn) *reinterpret_cast<uint32_t *>(dst0 + 8 * k) = f2_to_u32(o[k][0] / l[0], o[k][1] / l[0], tag);
+        if (r1 < qn) *reinterpret_cast<uint32_t *>(dst1 + 8 * k) = f2_to_u32(o[k][2] / l[1], o[k][3] / l[1], tag);
     }
 }
 
 /* ---- launchers --------------------------------------------------------------- */
 
-/* Raises the kernel's shared-memory limit when it needs more than the
- * default 48 KB (once, allow_dynamic_smem), then launches it on the plan's grid (both prefill kernels
- * take the same arguments). */
-template <typename T, typename Kern>
-static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_plan_t *pl, const AttnArgs &a,
-                                       cudaStream_t st) {
-    cudaError_t err;
-    if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), smem_bytes))) return err;
-    const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
-    kern<<<grid, ATTN_THREADS, smem_bytes, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
-                                                 static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
-                                                 a.positions, a.query_start, a.block_tables, a.max_blocks,
-                                                 a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
-    return cudaGetLastError();
-}
-
 template <typename T, int D, int BK>
-static cudaError_t launch_prefill_tc_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    using L = TcLayout<D, BK>;
-    if (!pl->prefill_tc || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != L::BQ || pl->kv_tile != BK)
+static cudaError_t launch_prefill_mma_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    using L = MmaLayout<D, BK>;
+    if (!pl->prefill_tc || pl->prefill_wmma || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != L::BQ ||
+        pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    return launch_prefill_grid<T>(attn_prefill_tc_kernel<T, D, BK>, L::BYTES, pl, a, st);
+    return launch_prefill_grid<T>(attn_prefill_mma_kernel<T, D, BK>, L::BYTES, pl, a, st);
 }
 
 template <typename T>
-static cudaError_t launch_prefill_tc(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+static cudaError_t launch_prefill_mma(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     switch (pl->D) {
-    case 32: return launch_prefill_tc_d<T, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
-    case 64: return launch_prefill_tc_d<T, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
-    case 128: return launch_prefill_tc_d<T, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
-    case 256: return launch_prefill_tc_d<T, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
+    case 32: return launch_prefill_mma_d<T, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
+    case 64: return launch_prefill_mma_d<T, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
+    case 128: return launch_prefill_mma_d<T, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
+    case 256: return launch_prefill_mma_d<T, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -539,15 +582,30 @@ cudaError_t launch_prefill_f32(const attn_plan_t *pl, const AttnArgs &a, cudaStr
     return launch_prefill<float>(pl, a, st);
 }
 cudaError_t launch_prefill_bf16(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    return launch_prefill_tc<__nv_bfloat16>(pl, a, st);
+    return pl->prefill_wmma ? launch_prefill_wmma_bf16(pl, a, st) : launch_prefill_mma<__nv_bfloat16>(pl, a, st);
 }
 cudaError_t launch_prefill_f16(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    return launch_prefill_tc<__half>(pl, a, st);
+    return pl->prefill_wmma ? launch_prefill_wmma_f16(pl, a, st) : launch_prefill_mma<__half>(pl, a, st);
 }
 
 } // namespace slattn
 
 static int misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
+
+/* SERVELAB_ATTN_PREFILL, read once: "wmma" runs the bf16 / f16 prefill on the
+ * wmma kernel (attention_prefill_wmma.cu) instead of the mma.sync one; unset,
+ * empty or "mma" keeps the default. Another value is reported once and
+ * ignored. */
+static bool prefill_wmma_selected(void) {
+    static const bool wmma = [] {
+        const char *e = getenv("SERVELAB_ATTN_PREFILL");
+        if (!e || !*e || !strcmp(e, "mma")) return false;
+        if (!strcmp(e, "wmma")) return true;
+        fprintf(stderr, "servelab: SERVELAB_ATTN_PREFILL=%s is neither mma nor wmma; using mma\n", e);
+        return false;
+    }();
+    return wmma;
+}
 
 /* The current device's SM count, which sizes the decode split; cached per
  * device (a driver query per call would cost more than the kernel at batch 1;
@@ -589,6 +647,7 @@ extern "C" int slk_attention(void *out, const void *q, const void *k_cache, cons
     if (attn_plan_make(&plan, meta->n_tokens, meta->n_seqs, meta->max_seq_len, meta->max_query_len, H, Hkv, D,
                        dt == DTYPE_F32 ? 4 : 2, device_sm_count()))
         return cudaErrorInvalidValue;
+    if (plan.prefill_tc && prefill_wmma_selected()) attn_plan_use_wmma_prefill(&plan);
     if (workspace_bytes < plan.workspace_bytes || (plan.workspace_bytes && !workspace))
         return cudaErrorInvalidValue;
     if (misaligned(out) || misaligned(q) || misaligned(k_cache) || misaligned(v_cache) ||
@@ -620,12 +679,13 @@ template <int D, int BQ, int BK> static size_t fma_bytes(int64_t *q_tile, int64_
     return slattn::PrefillLayout<D, BQ, BK>::BYTES;
 }
 
-template <int D, int BK> static size_t tc_bytes(int64_t *q_tile, int64_t *kv_tile) {
-    *q_tile = slattn::TcLayout<D, BK>::BQ, *kv_tile = BK;
-    return slattn::TcLayout<D, BK>::BYTES;
+template <int D, int BK> static size_t mma_bytes(int64_t *q_tile, int64_t *kv_tile) {
+    *q_tile = slattn::MmaLayout<D, BK>::BQ, *kv_tile = BK;
+    return slattn::MmaLayout<D, BK>::BYTES;
 }
 
-extern "C" size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int64_t D, int64_t *q_tile, int64_t *kv_tile) {
+extern "C" size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int wmma, int64_t D, int64_t *q_tile,
+                                                 int64_t *kv_tile) {
     *q_tile = *kv_tile = 0;
     if (elem_bytes == 4) {
         switch (D) {
@@ -636,12 +696,13 @@ extern "C" size_t attn_kernel_prefill_smem_bytes(int64_t elem_bytes, int64_t D, 
         default: return 0;
         }
     }
+    if (elem_bytes == 2 && wmma) return slattn::prefill_wmma_smem_bytes(D, q_tile, kv_tile);
     if (elem_bytes == 2) {
         switch (D) {
-        case 32: return tc_bytes<32, ATTN_PREFILL_TC_BK_D32>(q_tile, kv_tile);
-        case 64: return tc_bytes<64, ATTN_PREFILL_TC_BK_D64>(q_tile, kv_tile);
-        case 128: return tc_bytes<128, ATTN_PREFILL_TC_BK_D128>(q_tile, kv_tile);
-        case 256: return tc_bytes<256, ATTN_PREFILL_TC_BK_D256>(q_tile, kv_tile);
+        case 32: return mma_bytes<32, ATTN_PREFILL_TC_BK_D32>(q_tile, kv_tile);
+        case 64: return mma_bytes<64, ATTN_PREFILL_TC_BK_D64>(q_tile, kv_tile);
+        case 128: return mma_bytes<128, ATTN_PREFILL_TC_BK_D128>(q_tile, kv_tile);
+        case 256: return mma_bytes<256, ATTN_PREFILL_TC_BK_D256>(q_tile, kv_tile);
         default: return 0;
         }
     }

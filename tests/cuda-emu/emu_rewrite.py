@@ -4,7 +4,8 @@ rewriting only the three constructs C++ cannot parse or the emulator must see:
 
   kern<<<grid, block, smem, stream>>>(args);   ->  slemu::launch("kern", __PRETTY_FUNCTION__, kern,
                                                                   slemu::cfg(grid, block, smem, stream), args);
-  asm volatile("tpl" : "=r"(o)... : "l"(p)...); ->  slemu::ptx("tpl", {&(o)...}, {slemu::ptx_in(p)...});
+  asm volatile("tpl" : "=r"(o)... : "l"(p)...); ->  slemu::ptx("tpl", {slemu::ptx_out(o)...}, {slemu::ptx_in(p)...});
+  (outputs "=r" / "=f", inputs "r" / "l" / "f"; anything else, "+" included, is an error)
   extern __shared__ [__align__(N)] T name[];    ->  T *name = static_cast<T *>(slemu::dyn_smem(N));
 
 Everything else, line breaks included (so compiler messages keep the
@@ -125,13 +126,13 @@ def rewrite_asm(s):
         out_exprs = []
         for o in filter(None, outs):
             c, e = operand(o)
-            if c != "=r":
+            if c not in ("=r", "=f"):
                 raise SystemExit(f"emu_rewrite: asm output constraint {c!r} is not modelled")
-            out_exprs.append(f"&({e})")
+            out_exprs.append(f"slemu::ptx_out({e})")
         in_exprs = []
         for o in filter(None, ins):
             c, e = operand(o)
-            if c not in ("r", "l"):
+            if c not in ("r", "l", "f"):
                 raise SystemExit(f"emu_rewrite: asm input constraint {c!r} is not modelled")
             in_exprs.append(f"slemu::ptx_in({e})")
         newlines = "\n" * body.count("\n")  # keep the line numbers

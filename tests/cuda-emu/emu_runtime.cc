@@ -288,7 +288,8 @@ void syncthreads(const char *file, int line) {
 static const char *kind_name(int k) {
     static const char *names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
                                   "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp",
-                                  "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync"};
+                                  "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync",
+                                  "ldmatrix", "mma.sync"};
     return names[k];
 }
 
@@ -334,7 +335,7 @@ static void complete(Warp &w) {
         }
         make_runnable(f);
     }
-    if (c.kind == C_WMMA_MMA) c.complete(w.payloads);
+    if (c.complete) c.complete(w.payloads);
     w.arrived = 0;
 }
 
@@ -487,8 +488,143 @@ void run_grid(const char *name, const char *launcher, const void *func, const La
 }
 
 /* ---- inline PTX ---------------------------------------------------------------------------- */
+size_t smem_offset(const void *p) {
+    const char *c = static_cast<const char *>(p);
+    if (!g_in_kernel || !g_dyn || c < g_dyn || c > g_dyn + g_dyn_bytes) return 0xffffffffu;
+    return (size_t)(c - g_dyn);
+}
+
+namespace {
+
+void put32(uint32_t *dst, uint32_t v) { memcpy(dst, &v, 4); }
+void putf(uint32_t *dst, float f) { memcpy(dst, &f, 4); }
+float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ldmatrix.sync.aligned.m8n8{.x1,.x2,.x4}{.trans}.shared.b16 (PTX ISA, "Warp-level
+ * matrix load instruction: ldmatrix"): n 8x8 matrices of 16-bit elements, each
+ * row 16 bytes of shared memory at an address that lane 8 i + r gives (row r
+ * of matrix i; the other lanes' addresses are unused). Destination register i
+ * of lane l holds, of matrix i, row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1
+ * (the lower-numbered one in the low half); with .trans, row 2 (l % 4) and
+ * 2 (l % 4) + 1 of column l / 4, i.e. the matrix transposed. */
+struct LdmLane {
+    int n, trans;
+    const unsigned char *row; /* this lane's row address, when it gives one */
+    uint32_t *out[4];
+};
+void ldmatrix_complete(void *const *payloads) {
+    const LdmLane *l0 = static_cast<const LdmLane *>(payloads[0]);
+    const int n = l0->n, trans = l0->trans;
+    for (int l = 0; l < 32; l++) {
+        const LdmLane *x = static_cast<const LdmLane *>(payloads[l]);
+        for (int i = 0; i < n; i++) {
+            uint16_t e[2];
+            for (int k = 0; k < 2; k++) {
+                const int r = trans ? 2 * (l % 4) + k : l / 4, c = trans ? l / 4 : 2 * (l % 4) + k;
+                memcpy(&e[k], static_cast<const LdmLane *>(payloads[8 * i + r])->row + 2 * c, 2);
+            }
+            put32(x->out[i], (uint32_t)e[0] | (uint32_t)e[1] << 16);
+        }
+    }
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (PTX ISA,
+ * "Matrix Fragments for mma.m16n8k16 with floating point type"): D (16x8) =
+ * A (16x16) B (16x8) + C, groupID g = lane >> 2, threadID_in_group t = lane % 4.
+ * A: 4 .b32 registers of two 16-bit elements a0..a7 (a[2j] in the low half):
+ *   row g for a0, a1, a4, a5, g + 8 for a2, a3, a6, a7; column 2t + (i & 1),
+ *   + 8 for a4..a7.
+ * B: 2 registers, b0..b3: row (k) 2t + (i & 1), + 8 for b2, b3; column g.
+ * C, D: 4 f32 c0..c3: row g for c0, c1, g + 8 for c2, c3; column 2t + (i & 1).
+ * The products of 16-bit inputs are exact in fp32; they are added to C in
+ * k order in fp32 (the tensor core's order and internal width are its own). */
+struct MmaLane {
+    int bf16;
+    uint32_t a[4], b[2], c[4];
+    uint32_t *d[4];
+};
+float mma_elem(uint32_t reg, int hi, int bf16) {
+    const uint16_t h = (uint16_t)(hi ? reg >> 16 : reg & 0xffffu);
+    return bf16 ? slemu_bf16_to_f32(h) : slemu_f16_to_f32(h);
+}
+void mma_complete(void *const *payloads) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const MmaLane *x = static_cast<const MmaLane *>(payloads[l]);
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 8; i++) {
+            const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+            A[row][col] = mma_elem(x->a[i / 2], i & 1, x->bf16);
+        }
+        for (int i = 0; i < 4; i++) B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = mma_elem(x->b[i / 2], i & 1, x->bf16);
+        for (int i = 0; i < 4; i++) C[i < 2 ? g : g + 8][2 * t + (i & 1)] = bits_f32(x->c[i]);
+    }
+    for (int l = 0; l < 32; l++) {
+        const MmaLane *x = static_cast<const MmaLane *>(payloads[l]);
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 4; i++) {
+            const int row = i < 2 ? g : g + 8, col = 2 * t + (i & 1);
+            float s = C[row][col];
+            for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+            putf(x->d[i], s);
+        }
+    }
+}
+
+}  // namespace
+
 void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializer_list<uint64_t> ins,
          const char *file, int line) {
+    int n = 0, trans = 0, bf16 = 0;
+    char op[96];
+    op[0] = 0;
+    sscanf(tpl, "%95s", op);
+    const bool ldm = !strncmp(op, "ldmatrix.sync.aligned.m8n8.x", 28) && op[28] &&
+                     (!strcmp(op + 29, ".shared.b16") || !strcmp(op + 29, ".trans.shared.b16"));
+    if (ldm) {
+        n = op[28] - '0';
+        trans = op[30] == 't';
+        if ((n != 1 && n != 2 && n != 4) || (int)outs.size() != n || ins.size() != 1)
+            fail(file, line, "%s: %zu outputs and %zu inputs", op, outs.size(), ins.size());
+        LdmLane me{n, trans, nullptr, {}};
+        int i = 0;
+        for (uint32_t *o : outs) me.out[i++] = o;
+        const int lane = lane_id();
+        if (lane < 8 * n) { /* this lane gives row lane % 8 of matrix lane / 8 */
+            const uint64_t off = *ins.begin();
+            if (off > g_dyn_bytes || g_dyn_bytes - off < 16)
+                fail(file, line, "%s: lane %d's row address %#llx is not within the dynamic shared memory (%zu bytes)",
+                     op, lane, (unsigned long long)off, g_dyn_bytes);
+            if (off % 16) fail(file, line, "%s: lane %d's row address %#llx is not 16-byte aligned", op, lane,
+                                (unsigned long long)off);
+            me.row = reinterpret_cast<const unsigned char *>(g_dyn + off);
+        }
+        /* lanes must agree on the form and the source line (.aligned: one instruction for the warp) */
+        Coll c{C_LDMATRIX, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(n * 2 + trans), &me,
+               ldmatrix_complete};
+        warp_collective(c, file, line);
+        return;
+    }
+    if (!strcmp(op, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") ||
+        !strcmp(op, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")) {
+        bf16 = strstr(op, ".bf16.") != nullptr;
+        if (outs.size() != 4 || ins.size() != 10)
+            fail(file, line, "%s: %zu outputs and %zu inputs (4 and 4 + 2 + 4 expected)", op, outs.size(), ins.size());
+        MmaLane me{};
+        me.bf16 = bf16;
+        const uint64_t *a = ins.begin();
+        for (int i = 0; i < 4; i++) me.a[i] = (uint32_t)a[i], me.c[i] = (uint32_t)a[6 + i];
+        me.b[0] = (uint32_t)a[4], me.b[1] = (uint32_t)a[5];
+        int i = 0;
+        for (uint32_t *o : outs) me.d[i++] = o;
+        Coll c{C_MMA_SYNC, 0xffffffffu, 0, 0, 32, (uint64_t)line << 8 | (uint64_t)(1 + bf16), &me, mma_complete};
+        warp_collective(c, file, line);
+        return;
+    }
     const bool ld = !strncmp(tpl, "ld.global.cs.v4.u32 ", 20) || !strncmp(tpl, "ld.global.nc.v4.u32 ", 20) ||
                     !strncmp(tpl, "ld.global.v4.u32 ", 17);
     const bool st = !strncmp(tpl, "st.global.v4.b32 ", 17);

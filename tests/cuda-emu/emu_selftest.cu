@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <type_traits>
+
 /* thread 0 publishes a value; every thread reads it, with or without the barrier */
 template <bool SYNC> __global__ void publish_kernel(int *out) {
     __shared__ int v;
@@ -67,6 +69,107 @@ __global__ void wmma_kernel(const __half *a, const __half *b, float *out, bool a
     }
 }
 
+/* ---- PTX ldmatrix and mma.sync m16n8k16 ------------------------------------
+ * The expectations here are written from the PTX ISA's text, apart from the
+ * emulator's: ldmatrix gives lane l, from each 8x8 matrix, row l / 4, columns
+ * 2 (l % 4) + 0, 1 (.trans: the transposed matrix's); mma.m16n8k16 A is
+ * a0..a3 = (row g, columns 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..),
+ * B b0, b1 = (rows 2t.., column g), (rows 2t + 8.., column g), C / D rows g
+ * (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1; g = lane / 4, t = lane % 4. */
+__device__ unsigned sm_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+enum { LDM_X1, LDM_X2, LDM_X4, LDM_X4_TRANS, LDM_X2_TRANS };
+/* in: 32 rows of 8 16-bit values; lane l gives row l (for x1 / x2, lanes past
+ * 8 / 16 give rows too, unused); out: lane l's registers, 4 per lane */
+__global__ void ldmatrix_kernel(const uint16_t *in, unsigned *out, int form, int offset) {
+    extern __shared__ __align__(16) uint16_t m[];
+    for (int i = threadIdx.x; i < 256; i += 32) m[i] = in[i];
+    __syncwarp();
+    const int l = threadIdx.x;
+    const unsigned a = sm_addr(m + 8 * l) + offset;
+    unsigned r[4] = {0, 0, 0, 0};
+    if (form == LDM_X1)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(a));
+    else if (form == LDM_X2)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    else if (form == LDM_X2_TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1])
+                     : "r"(a));
+    else if (form == LDM_X4)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    for (int i = 0; i < 4; i++) out[4 * l + i] = r[i];
+}
+
+/* A lane that leaves before an ldmatrix the others reach. */
+__global__ void ldmatrix_lane_missing_kernel(unsigned *out) {
+    extern __shared__ __align__(16) uint16_t m[];
+    for (int i = threadIdx.x; i < 256; i += 32) m[i] = (uint16_t)i;
+    __syncwarp();
+    if (threadIdx.x == 31) return;
+    unsigned r;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(r) : "r"(sm_addr(m + 8 * (threadIdx.x % 8))));
+    out[threadIdx.x] = r;
+}
+
+/* An ldmatrix given a global-memory address. */
+__global__ void ldmatrix_global_kernel(const uint16_t *in, unsigned *out) {
+    unsigned r;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(r) : "r"(sm_addr(in + 8 * (threadIdx.x % 8))));
+    out[threadIdx.x] = r;
+}
+
+enum { MMA_RIGHT, MMA_RIGHT_TRANS, MMA_B_TRANSPOSED, MMA_A_SWAPPED };
+/* D (16x8) = A (16x16) B (16x8) in fp32: A row-major at a; B as bt = B^T
+ * (8 rows of 16 k values), or row-major (16 rows of 8) at b for the .trans
+ * forms; D row-major to d. MMA_B_TRANSPOSED loads row-major B without .trans
+ * (as if B's fragment were row-major), MMA_A_SWAPPED swaps a1 and a2. */
+template <typename T>
+__global__ void mma_kernel(const T *a, const T *bt, const T *b, float *d, int form) {
+    extern __shared__ __align__(16) uint16_t m[];
+    uint16_t *sa = m, *sbt = m + 256, *sb = m + 384; /* 16x16, 8x16, 16x8 */
+    for (int i = threadIdx.x; i < 256; i += 32) memcpy(&sa[i], &a[i], 2);
+    for (int i = threadIdx.x; i < 128; i += 32) memcpy(&sbt[i], &bt[i], 2), memcpy(&sb[i], &b[i], 2);
+    __syncwarp();
+    const int l = threadIdx.x, g = l >> 2, t = l & 3;
+    unsigned ra[4], rb[2];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(ra[0]), "=r"(ra[1]), "=r"(ra[2]), "=r"(ra[3])
+                 : "r"(sm_addr(sa + 16 * (l & 15) + 8 * (l >> 4))));
+    if (form == MMA_RIGHT || form == MMA_A_SWAPPED) /* lanes 0-7: k 0-7 of row n = l; 8-15: k 8-15 */
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(rb[0]), "=r"(rb[1])
+                     : "r"(sm_addr(sbt + 16 * (l & 7) + 8 * ((l >> 3) & 1))));
+    else if (form == MMA_RIGHT_TRANS) /* lanes 0-15: row k = l of B */
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(rb[0]), "=r"(rb[1])
+                     : "r"(sm_addr(sb + 8 * (l & 15))));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(rb[0]), "=r"(rb[1])
+                     : "r"(sm_addr(sb + 8 * (l & 15))));
+    if (form == MMA_A_SWAPPED) {
+        const unsigned x = ra[1];
+        ra[1] = ra[2], ra[2] = x;
+    }
+    float c[4] = {0.5f, 0.5f, 0.5f, 0.5f}, o[4];
+    if (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};"
+                     : "=f"(o[0]), "=f"(o[1]), "=f"(o[2]), "=f"(o[3])
+                     : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(c[0]), "f"(c[1]),
+                       "f"(c[2]), "f"(c[3]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};"
+                     : "=f"(o[0]), "=f"(o[1]), "=f"(o[2]), "=f"(o[3])
+                     : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(c[0]), "f"(c[1]),
+                       "f"(c[2]), "f"(c[3]));
+    for (int i = 0; i < 4; i++) d[8 * (i < 2 ? g : g + 8) + 2 * t + (i & 1)] = o[i];
+}
+
 static int fail(const char *what) {
     printf("selftest: %s\n", what);
     return 1;
@@ -108,6 +211,66 @@ static int wmma(bool assume_layout) {
     return wrong;
 }
 
+/* Every ldmatrix form against the PTX ISA's layout; 0 when all registers match. */
+static int ldmatrix_forms(void) {
+    uint16_t *in;
+    unsigned *out;
+    cudaMalloc((void **)&in, 256 * 2);
+    cudaMalloc((void **)&out, 128 * 4);
+    for (int i = 0; i < 256; i++) in[i] = (uint16_t)(1000 + i); /* row r, column c: 1000 + 8 r + c */
+    const struct { int form, n, trans; const char *name; } forms[] = {
+        {LDM_X1, 1, 0, "x1"}, {LDM_X2, 2, 0, "x2"}, {LDM_X4, 4, 0, "x4"},
+        {LDM_X2_TRANS, 2, 1, "x2.trans"}, {LDM_X4_TRANS, 4, 1, "x4.trans"}};
+    int wrong = 0;
+    for (const auto &f : forms) {
+        ldmatrix_kernel<<<1, 32, 512>>>(in, out, f.form, 0);
+        for (int l = 0; l < 32; l++)
+            for (int i = 0; i < f.n; i++) { /* matrix i is rows 8 i .. 8 i + 7 of in */
+                const int r = f.trans ? 2 * (l % 4) : l / 4, c = f.trans ? l / 4 : 2 * (l % 4);
+                const unsigned lo = 1000 + 8 * (8 * i + r) + c;
+                const unsigned hi = f.trans ? lo + 8 : lo + 1;
+                if (out[4 * l + i] != (lo | hi << 16)) {
+                    if (wrong++ < 4)
+                        printf("selftest: ldmatrix %s lane %d register %d: %#x, expected %#x\n", f.name, l, i,
+                               out[4 * l + i], lo | hi << 16);
+                }
+            }
+    }
+    printf("selftest: %d ldmatrix registers wrong\n", wrong);
+    cudaFree(in), cudaFree(out);
+    return wrong;
+}
+
+/* D = A B + 0.5 through ldmatrix and mma.sync in dtype T; returns the number
+ * of wrong elements (small integers: every product and sum is exact). */
+template <typename T> static int mma_case(int form) {
+    T *a, *bt, *b;
+    float *d;
+    cudaMalloc((void **)&a, 256 * 2);
+    cudaMalloc((void **)&bt, 128 * 2);
+    cudaMalloc((void **)&b, 128 * 2);
+    cudaMalloc((void **)&d, 128 * 4);
+    float A[16][16], B[16][8];
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) A[r][k] = (float)((r * 7 + k * 3) % 11 - 5), a[16 * r + k] = T(A[r][k]);
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < 8; n++) {
+            B[k][n] = (float)((k * 5 + n * 9) % 13 - 6);
+            b[8 * k + n] = T(B[k][n]), bt[16 * n + k] = T(B[k][n]);
+        }
+    mma_kernel<T><<<1, 32, 1024>>>(a, bt, b, d, form);
+    int wrong = 0;
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 8; n++) {
+            float s = 0.5f;
+            for (int k = 0; k < 16; k++) s += A[r][k] * B[k][n];
+            wrong += d[8 * r + n] != s;
+        }
+    printf("selftest: %d of 128 products wrong\n", wrong);
+    cudaFree(a), cudaFree(bt), cudaFree(b), cudaFree(d);
+    return wrong;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) return fail("usage: emu_selftest CASE");
     const char *c = argv[1];
@@ -129,6 +292,24 @@ int main(int argc, char **argv) {
     } else if (!strcmp(c, "misaligned_vector")) misaligned_kernel<<<1, 32>>>(out, out);
     else if (!strcmp(c, "wmma_opaque")) return wmma(false) ? fail("wmma through store_matrix_sync was wrong") : 0;
     else if (!strcmp(c, "wmma_layout_assumed")) return wmma(true) ? 0 : fail("a layout assumption went unnoticed");
+    else if (!strcmp(c, "ldmatrix_forms")) return ldmatrix_forms() ? fail("an ldmatrix layout is wrong") : 0;
+    else if (!strcmp(c, "mma_ldmatrix_exact")) {
+        const int w = mma_case<__half>(MMA_RIGHT) + mma_case<__nv_bfloat16>(MMA_RIGHT) +
+                      mma_case<__half>(MMA_RIGHT_TRANS) + mma_case<__nv_bfloat16>(MMA_RIGHT_TRANS);
+        return w ? fail("mma.sync through ldmatrix was wrong") : 0;
+    } else if (!strcmp(c, "mma_b_transposed"))
+        return mma_case<__nv_bfloat16>(MMA_B_TRANSPOSED) ? 0 : fail("a transposed B fragment went unnoticed");
+    else if (!strcmp(c, "mma_a_swapped"))
+        return mma_case<__half>(MMA_A_SWAPPED) ? 0 : fail("swapped A registers went unnoticed");
+    else if (!strcmp(c, "ldmatrix_misaligned")) {
+        uint16_t *in;
+        cudaMalloc((void **)&in, 512);
+        ldmatrix_kernel<<<1, 32, 528>>>(in, (unsigned *)out, LDM_X4, 8); /* rows 8 bytes off 16 */
+    } else if (!strcmp(c, "ldmatrix_outside_smem")) {
+        uint16_t *in;
+        cudaMalloc((void **)&in, 512);
+        ldmatrix_global_kernel<<<1, 32, 16>>>(in, (unsigned *)out);
+    } else if (!strcmp(c, "ldmatrix_lane_missing")) ldmatrix_lane_missing_kernel<<<1, 32, 512>>>((unsigned *)out);
     else return fail("unknown case");
     if (cudaGetLastError() != cudaSuccess) return fail("launch error");
     printf("selftest: %s ran to the end\n", c);

@@ -261,19 +261,22 @@ static void test_fma_prefill_tiles_by_head_dim(void) {
 }
 
 /* bf16 / f16 prefill runs the tensor-core kernel: 64 query rows (4 warps of
- * 16) at every D, 64 KV rows (32 at D=256); its 16-bit q, k, v, p and fp32 s
- * tiles stay under 48 KB at D=32 and under the opt-in limit everywhere. */
+ * 16) at every D, 64 KV rows (32 at D=256); the mma.sync kernel's 16-bit q, k,
+ * v tiles stay under 48 KB at D <= 64, and the wmma fallback's (with its
+ * fp32 s, 16-bit p and row-factor scratch) under the opt-in limit. */
 static void test_prefill_uses_tensor_cores_for_16_bit_dtypes(void) {
-    CHECK_EQ_INT(attn_plan_prefill_tc_smem_bytes(64, 64, 128),
+    CHECK_EQ_INT(attn_plan_prefill_mma_smem_bytes(64, 64, 128), 2 * (64 * 136 + 2 * 64 * 136) + 4 * 64);
+    CHECK_EQ_INT(attn_plan_prefill_wmma_smem_bytes(64, 64, 128),
                  2 * (64 * 136 + 2 * 64 * 136 + 64 * 72) + 4 * (64 * 72 + 64 * 16 + 64));
-    struct { int64_t D, bk; size_t smem; } c[] = {
-        {32, 64, 47360}, {64, 64, 59648}, {128, 64, 84224}, {256, 32, 87296},
+    struct { int64_t D, bk; size_t smem, wmma_smem; } c[] = {
+        {32, 64, 15616, 47360}, {64, 64, 27904, 59648}, {128, 64, 52480, 84224}, {256, 32, 67840, 87296},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         attn_plan_t p;
         CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, c[i].D, 2, SMS), 0);
         CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
         CHECK(p.prefill_tc);
+        CHECK(!p.prefill_wmma);
         CHECK_EQ_INT(p.q_tile, 64);
         CHECK_EQ_INT(p.kv_tile, c[i].bk);
         CHECK_EQ_INT(p.n_q_tiles, 11);
@@ -281,15 +284,29 @@ static void test_prefill_uses_tensor_cores_for_16_bit_dtypes(void) {
         CHECK_EQ_INT(p.prefill_grid[1], 8);
         CHECK_EQ_INT(p.prefill_grid[2], 2);
         CHECK_EQ_INT(p.prefill_smem_bytes, c[i].smem);
-        CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_tc_smem_bytes(64, c[i].bk, c[i].D));
+        CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_mma_smem_bytes(64, c[i].bk, c[i].D));
         CHECK(p.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
         CHECK_EQ_INT(p.workspace_bytes, 0);
-        /* f32: the FMA kernel, whatever the shape */
+        /* the wmma fallback: same tiles and grid, its own shared memory */
+        attn_plan_t w = p;
+        attn_plan_use_wmma_prefill(&w);
+        CHECK(w.prefill_wmma);
+        CHECK_EQ_INT(w.prefill_smem_bytes, c[i].wmma_smem);
+        CHECK_EQ_INT(w.prefill_smem_bytes, attn_plan_prefill_wmma_smem_bytes(64, c[i].bk, c[i].D));
+        CHECK(w.prefill_smem_bytes <= ATTN_MAX_SMEM_BYTES);
+        CHECK_EQ_INT(w.q_tile, p.q_tile);
+        CHECK_EQ_INT(w.kv_tile, p.kv_tile);
+        CHECK_EQ_INT(w.prefill_grid[0], p.prefill_grid[0]);
+        /* f32: the FMA kernel, whatever the shape; no wmma switch either */
         CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, c[i].D, 4, SMS), 0);
         CHECK(!p.prefill_tc);
         CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_smem_bytes(p.q_tile, p.kv_tile, c[i].D));
+        attn_plan_use_wmma_prefill(&p);
+        CHECK(!p.prefill_wmma);
+        CHECK_EQ_INT(p.prefill_smem_bytes, attn_plan_prefill_smem_bytes(p.q_tile, p.kv_tile, c[i].D));
     }
-    CHECK(attn_plan_prefill_tc_smem_bytes(64, 64, 32) <= 48 * 1024); /* no opt-in needed at D=32 */
+    CHECK(attn_plan_prefill_mma_smem_bytes(64, 64, 64) <= 48 * 1024);  /* no opt-in needed at D <= 64 */
+    CHECK(attn_plan_prefill_wmma_smem_bytes(64, 64, 32) <= 48 * 1024); /* nor for wmma at D=32 */
     /* a 2-token prefill is still one block of 64 rows per head */
     attn_plan_t p;
     CHECK_EQ_INT(attn_plan_make(&p, 3, 2, 701, 2, 4, 2, 32, 2, SMS), 0);
@@ -357,10 +374,10 @@ static void test_unsupported_shapes_are_rejected(void) {
 
 #ifdef SERVELAB_HAVE_CUDA
 /* The plan's shared-memory bytes and tiles are the kernels' own layouts
- * (DecodeLayout, PrefillLayout, TcLayout in the .cu files), for every
+ * (DecodeLayout, PrefillLayout, MmaLayout, WmmaLayout in the .cu files), for every
  * instantiation: a launch refuses a mismatch, but only on a GPU, so without
  * this a layout change would first fail there. Decode at every GQA group
- * size the plan tiles (head tiles 1, 2, 4, 8), prefill in each dtype. */
+ * size the plan tiles (head tiles 1, 2, 4, 8), prefill in each dtype (both tensor-core kernels for 16-bit). */
 static void test_plan_shared_memory_is_the_kernels_layout(void) {
     static const int64_t Ds[] = {32, 64, 128, 256}, elems[] = {4, 2}, groups[] = {1, 2, 3, 4, 7, 8, 16};
     int n_tiles[9] = {0};
@@ -375,15 +392,19 @@ static void test_plan_shared_memory_is_the_kernels_layout(void) {
                 n_tiles[p.head_tile]++;
                 CHECK_EQ_INT(p.decode_smem_bytes, attn_kernel_decode_smem_bytes(eb, D, p.head_tile));
             }
-            attn_plan_t p;
-            int64_t bq = 0, bk = 0;
-            CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, D, eb, SMS), 0);
-            CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
-            size_t bytes = attn_kernel_prefill_smem_bytes(eb, D, &bq, &bk);
-            CHECK(bytes > 0);
-            CHECK_EQ_INT(p.prefill_smem_bytes, bytes);
-            CHECK_EQ_INT(p.q_tile, bq);
-            CHECK_EQ_INT(p.kv_tile, bk);
+            /* prefill: FMA (f32); mma.sync, then the wmma fallback (16-bit) */
+            for (int wmma = 0; wmma <= (eb == 2); wmma++) {
+                attn_plan_t p;
+                int64_t bq = 0, bk = 0;
+                CHECK_EQ_INT(attn_plan_make(&p, 700, 2, 900, 650, 8, 2, D, eb, SMS), 0);
+                CHECK_EQ_INT(p.path, ATTN_PATH_PREFILL);
+                if (wmma) attn_plan_use_wmma_prefill(&p);
+                size_t bytes = attn_kernel_prefill_smem_bytes(eb, wmma, D, &bq, &bk);
+                CHECK(bytes > 0);
+                CHECK_EQ_INT(p.prefill_smem_bytes, bytes);
+                CHECK_EQ_INT(p.q_tile, bq);
+                CHECK_EQ_INT(p.kv_tile, bk);
+            }
         }
     }
     CHECK(n_tiles[1] && n_tiles[2] && n_tiles[4] && n_tiles[8]); /* every decode instantiation was compared */

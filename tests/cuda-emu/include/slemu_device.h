@@ -192,11 +192,12 @@ static inline void __threadfence_block() {}
 /* ---- barriers and warp collectives (emu_runtime.cc) ---------------------------- */
 namespace slemu {
 enum CollKind { C_SHFL_IDX, C_SHFL_UP, C_SHFL_DOWN, C_SHFL_XOR, C_BALLOT, C_ANY, C_ALL, C_SYNCWARP,
-                C_WMMA_LOAD, C_WMMA_STORE, C_WMMA_MMA };
+                C_WMMA_LOAD, C_WMMA_STORE, C_WMMA_MMA, C_LDMATRIX, C_MMA_SYNC };
 /* One lane's part in a warp collective. `arg` is the shuffle's lane argument;
  * `width` the shuffle width; `key` a value every lane must pass equal (the
- * wmma pointer and ldm); `payload` is handed to `complete`, which the last
- * lane to arrive runs with every lane's payload (mma_sync). */
+ * wmma pointer and ldm, the PTX instruction's shape); `payload` is handed to
+ * `complete`, which the last lane to arrive runs with every lane's payload
+ * (wmma::mma_sync, and the PTX ldmatrix and mma.sync). */
 struct Coll {
     int kind;
     unsigned mask;
@@ -274,15 +275,30 @@ static inline int __all_sync(unsigned mask, int pred, const char *file = __built
 static inline unsigned __activemask() { return 0xffffffffu; }
 
 /* ---- inline PTX: emu_rewrite.py turns asm volatile(...) into slemu::ptx(...).
- * Only the templates kernels/cuda uses are known; any other fails loudly. */
+ * Only the templates kernels/cuda uses are known; any other fails loudly.
+ * Operands travel as bits: a "f" input as its 32 bits, an "=r" or "=f"
+ * output as a pointer to its 4 bytes. */
 namespace slemu {
 template <typename T> static inline uint64_t ptx_in(T v) {
     if constexpr (std::is_pointer<T>::value) return (uint64_t)(uintptr_t)v;
-    else return (uint64_t)v;
+    else if constexpr (std::is_floating_point<T>::value) {
+        static_assert(sizeof(T) == 4, "a \"f\" operand is 32 bits");
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        return u;
+    } else return (uint64_t)v;
+}
+template <typename T> static inline uint32_t *ptx_out(T &v) {
+    static_assert(sizeof(T) == 4 && std::is_trivially_copyable<T>::value, "an \"=r\" / \"=f\" operand is 32 bits");
+    return reinterpret_cast<uint32_t *>(&v); /* written with memcpy only */
 }
 void ptx(const char *tpl, std::initializer_list<uint32_t *> outs, std::initializer_list<uint64_t> ins,
          const char *file = __builtin_FILE(), int line = __builtin_LINE());
+/* The shared-window address of p (the dynamic shared memory's offset), or
+ * 0xffffffff when p is not in the running launch's dynamic shared memory. */
+size_t smem_offset(const void *p);
 }  // namespace slemu
+static inline size_t __cvta_generic_to_shared(const void *p) { return slemu::smem_offset(p); }
 
 /* ---- launches ------------------------------------------------------------------ */
 namespace slemu {
