@@ -67,14 +67,14 @@ static void pack_panels(void *arg, int64_t p0, int64_t p1, int worker) {
         uint32_t *panel = a->dst + (size_t)p * NP * (size_t)kp2;
         for (int j = 0; j < NP; j++) {
             int64_t n = p * NP + j;
+            if (n >= a->N) { /* the last panel's padding */
+                for (int64_t kp = 0; kp < kp2; kp++) panel[kp * NP + j] = 0;
+                continue;
+            }
             const uint16_t *row = a->w + (size_t)n * (size_t)a->K;
             for (int64_t kp = 0; kp < kp2; kp++) {
-                uint32_t lo = 0, hi = 0;
-                if (n < a->N) {
-                    lo = row[2 * kp];
-                    hi = 2 * kp + 1 < a->K ? row[2 * kp + 1] : 0;
-                }
-                panel[kp * NP + j] = lo | hi << 16;
+                uint32_t hi = 2 * kp + 1 < a->K ? row[2 * kp + 1] : 0;
+                panel[kp * NP + j] = row[2 * kp] | hi << 16;
             }
         }
     }
