@@ -313,7 +313,11 @@ def main():
         print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)[:900]}", flush=True)
 
     tmp = tempfile.mkdtemp(prefix="servelab-metrics-")
-    srv = Server(args.servelab, args.model, tmp)
+    # The engine on one core: the other is left to the HTTP threads and these clients, whose
+    # timings the accuracy checks below hold the server's to (with both cores computing, a
+    # client's connect and first read waited for a core, ~4 ms a request, as long as a whole
+    # prefill of these prompts).
+    srv = Server(args.servelab, args.model, tmp, "--threads", "1")
     prom = None
     try:
         # ---- 1. exposition ---------------------------------------------------------------
@@ -454,11 +458,31 @@ def main():
             prompt = [1] + [5 + (i * 37 + j * 11) % 900 for j in range(lens[i] - 1)]
             timings[i] = stream(srv.base, {"model": NAME, "prompt": prompt, "max_tokens": outs[i],
                                            "ignore_eos": True, "temperature": 0})
+        # Round trips of a trivial request while the eight streams run: what the clients' own
+        # connecting, sending and scheduling cost under this load (the engine's threads keep
+        # the cores busy), which the server's interval does not hold.
+        loaded_rtts, burst_done = [], threading.Event()
+
+        def probe():
+            while not burst_done.is_set():
+                t0 = time.perf_counter()
+                get(srv.base + "/health")
+                loaded_rtts.append(time.perf_counter() - t0)
+                time.sleep(0.002)
+        # The clients share one interpreter: a thread whose first chunk has arrived waits for
+        # the GIL while another parses its own, up to the switch interval (5 ms by default).
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.0002)
         threads = [threading.Thread(target=known, args=(i,)) for i in range(len(lens))]
+        prober = threading.Thread(target=probe)
+        prober.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        burst_done.set()
+        prober.join()
+        sys.setswitchinterval(switch)
         wait_until("the last request recorded", lambda: series(get(srv.base + "/metrics")[2].decode(),
                    "vllm:e2e_request_latency_seconds_count") - series(before, "vllm:e2e_request_latency_seconds_count")
                    >= len(lens), timeout=30)
@@ -478,13 +502,16 @@ def main():
         # ends when the token is produced), so the server's sum is at most the clients' (1 ms a
         # request for the clocks). The clients' also hold an HTTP round trip and their threads'
         # scheduling, which grow together when the machine is busy: the allowance is 5% plus,
-        # per request, three round trips of a trivial request measured now.
-        rtts = []
-        for _ in range(21):
-            t0 = time.perf_counter()
-            get(srv.base + "/health")
-            rtts.append(time.perf_counter() - t0)
-        rtt = sorted(rtts)[len(rtts) // 2]
+        # per request, three round trips of a trivial request measured during the burst (the
+        # median; an idle server's when the burst was too short to sample).
+        rtts = sorted(loaded_rtts)
+        if not rtts:
+            for _ in range(21):
+                t0 = time.perf_counter()
+                get(srv.base + "/health")
+                rtts.append(time.perf_counter() - t0)
+            rtts.sort()
+        rtt = rtts[len(rtts) // 2]
         for metric, idx in (("vllm:time_to_first_token_seconds_sum", 0), ("vllm:e2e_request_latency_seconds_sum", 2)):
             server_sum, client_sum = delta(metric), sum(t[idx] for t in timings)
             slack = 0.05 * client_sum + len(timings) * 3 * rtt
