@@ -16,7 +16,7 @@ cpu_isa_t cpu_isa_detect(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     /* __builtin_cpu_supports also checks that the OS saves the vector state (XCR0). */
     __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512vl");
     if (avx512 && __builtin_cpu_supports("avx512bf16")) return CPU_ISA_AVX512_BF16;

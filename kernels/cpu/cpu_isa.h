@@ -2,7 +2,7 @@
  *
  * The levels, each a superset of the one before:
  *   portable     plain C (whatever the compiler makes of it for the baseline target)
- *   avx2         AVX2 + FMA, 8 fp32 lanes
+ *   avx2         AVX2 + FMA + F16C, 8 fp32 lanes
  *   avx512       AVX-512 F/BW/VL, 16 fp32 lanes
  *   avx512_bf16  + AVX512_BF16: vdpbf16ps, two bf16 products per fp32 lane
  * The level is the best the CPU (and the OS, for the vector state) supports,

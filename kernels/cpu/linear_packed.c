@@ -1,5 +1,5 @@
 /* linear_packed.c - out(T, N) = in(T, K) . w(N, K)^T on a packed copy of w
- * that every batch size reads the same way: bf16 and fp32 weights.
+ * that every batch size reads the same way: bf16, fp32 and f16 weights.
  *
  * Layouts (docs/architecture.md, "CPU kernels"). The weight is cut into panels
  * of 32 output features (the last one padded with zero rows); a panel is
@@ -11,7 +11,8 @@
  * a panel is 128 bytes, two 512-bit registers of 16 features, which is the
  * operand vdpbf16ps takes (two bf16 products summed into each fp32 lane), and
  * the 32-bit lanes widen to fp32 with one shift (low half) or one mask (high
- * half) where that instruction is missing. fp32: packed[p][k][j] = w[32p+j][k].
+ * half) where that instruction is missing. fp32 and f16: packed[p][k][j] =
+ * w[32p+j][k] (f16 widened exactly as it is loaded).
  * A panel streams from memory front to back, so decode (T = 1) reads the
  * weights once at the memory's pace, and a tile of up to 8 tokens reuses each
  * loaded k-step for 8 x 32 products, which is what makes prefill and batched
@@ -26,7 +27,7 @@
  *                odd product, then the even one). The only case that does not
  *                give the exact fp32 result; docs/architecture.md says so.
  *                fp32 weights: as avx512.
- *   avx512, avx2 activations stay fp32, bf16 weights widen exactly, and each
+ *   avx512, avx2 activations stay fp32, 16-bit weights widen exactly, and each
  *                output is one FMA chain in k order, as the reference loop.
  *   portable     the same arithmetic in plain C (fmaf), so every fp32-exact
  *                level gives the same bits.
@@ -113,6 +114,33 @@ void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K) {
     cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_f32_panels, &a);
 }
 
+size_t cpu_f16_packed_bytes(int64_t N, int64_t K) {
+    return (size_t)((N + NP - 1) / NP) * NP * (size_t)K * sizeof(uint16_t);
+}
+
+typedef struct {
+    uint16_t *dst;
+    const uint16_t *w;
+    int64_t N, K;
+} pack_f16_args_t;
+
+static void pack_f16_panels(void *arg, int64_t p0, int64_t p1, int worker) {
+    (void)worker;
+    const pack_f16_args_t *a = arg;
+    for (int64_t p = p0; p < p1; p++) {
+        uint16_t *panel = a->dst + (size_t)p * NP * (size_t)a->K;
+        for (int j = 0; j < NP; j++) {
+            int64_t n = p * NP + j;
+            for (int64_t k = 0; k < a->K; k++) panel[k * NP + j] = n < a->N ? a->w[n * a->K + k] : 0;
+        }
+    }
+}
+
+void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) {
+    pack_f16_args_t a = {dst, w, N, K};
+    cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_f16_panels, &a);
+}
+
 /* ---- the tiles, one per level ---------------------------------------------
  * tile(out, ldo, panel, x, ldx, kp2, nr, mr): out[r][j] for r < mr, j < nr
  * (nr <= NP real features in this panel) from x's mr rows, ldx apart: bf16
@@ -123,7 +151,7 @@ void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K) {
 #include <immintrin.h>
 #define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define HAVE_X86_LEVELS 1
 #endif
 
@@ -205,47 +233,58 @@ TARGET_AVX2 INLINE void tile_avx2(float *out, int64_t ldo, const uint32_t *pw, c
     }
 }
 
-/* fp32 weights: panel k-step = 32 floats. The tile takes pw as float. */
-TARGET_512 INLINE void tile_f32_avx512(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx,
-                                       int64_t K, int nr, const int mr) {
-    __m512 acc[MR][2];
-    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        __m512 w0 = _mm512_loadu_ps(pw + k * NP), w1 = _mm512_loadu_ps(pw + k * NP + 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < mr; r++) {
-            __m512 xr = _mm512_set1_ps(x[r * ldx + k]);
-            acc[r][0] = _mm512_fmadd_ps(xr, w0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(xr, w1, acc[r][1]);
-        }
+/* k-major panels (fp32 and f16 weights): a k-step is 32 weights, widened
+ * to fp32 as they are loaded (f16 exactly, by vcvtph2ps). One tile per
+ * level and weight type, from one body. */
+#define TILE_KMAJOR_512(name, wtype, LOAD16)                                                             \
+    TARGET_512 INLINE void name(float *out, int64_t ldo, const wtype *pw, const float *x, int64_t ldx,    \
+                                int64_t K, int nr, const int mr) {                                       \
+        __m512 acc[MR][2];                                                                               \
+        for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();                        \
+        for (int64_t k = 0; k < K; k++) {                                                                \
+            __m512 w0 = LOAD16(pw + k * NP), w1 = LOAD16(pw + k * NP + 16);                              \
+            _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++) {                                       \
+                __m512 xr = _mm512_set1_ps(x[r * ldx + k]);                                              \
+                acc[r][0] = _mm512_fmadd_ps(xr, w0, acc[r][0]);                                          \
+                acc[r][1] = _mm512_fmadd_ps(xr, w1, acc[r][1]);                                          \
+            }                                                                                            \
+        }                                                                                                \
+        __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                  \
+        __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;            \
+        for (int r = 0; r < mr; r++) {                                                                   \
+            _mm512_mask_storeu_ps(out + r * ldo, m0, acc[r][0]);                                         \
+            _mm512_mask_storeu_ps(out + r * ldo + 16, m1, acc[r][1]);                                    \
+        }                                                                                                \
     }
-    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-    for (int r = 0; r < mr; r++) {
-        _mm512_mask_storeu_ps(out + r * ldo, m0, acc[r][0]);
-        _mm512_mask_storeu_ps(out + r * ldo + 16, m1, acc[r][1]);
-    }
-}
 
-TARGET_AVX2 INLINE void tile_f32_avx2(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx,
-                                      int64_t K, int nr, const int mr) {
-    __m256 acc[MR_AVX2][4];
-    for (int r = 0; r < mr; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-#pragma GCC unroll 2
-        for (int r = 0; r < mr; r++) {
-            __m256 xr = _mm256_set1_ps(x[r * ldx + k]);
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) acc[r][v] = _mm256_fmadd_ps(xr, _mm256_loadu_ps(pw + k * NP + 8 * v), acc[r][v]);
-        }
+#define TILE_KMAJOR_AVX2(name, wtype, LOAD8)                                                             \
+    TARGET_AVX2 INLINE void name(float *out, int64_t ldo, const wtype *pw, const float *x, int64_t ldx,   \
+                                 int64_t K, int nr, const int mr) {                                      \
+        __m256 acc[MR_AVX2][4];                                                                          \
+        for (int r = 0; r < mr; r++)                                                                     \
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();                                 \
+        for (int64_t k = 0; k < K; k++) {                                                                \
+            _Pragma("GCC unroll 2") for (int r = 0; r < mr; r++) {                                       \
+                __m256 xr = _mm256_set1_ps(x[r * ldx + k]);                                              \
+                _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                                      \
+                    acc[r][v] = _mm256_fmadd_ps(xr, LOAD8(pw + k * NP + 8 * v), acc[r][v]);              \
+            }                                                                                            \
+        }                                                                                                \
+        for (int r = 0; r < mr; r++) {                                                                   \
+            float tmp[NP];                                                                               \
+            for (int v = 0; v < 4; v++) _mm256_storeu_ps(tmp + 8 * v, acc[r][v]);                        \
+            memcpy(out + r * ldo, tmp, (size_t)nr * sizeof(float));                                      \
+        }                                                                                                \
     }
-    for (int r = 0; r < mr; r++) {
-        float tmp[NP];
-        for (int v = 0; v < 4; v++) _mm256_storeu_ps(tmp + 8 * v, acc[r][v]);
-        memcpy(out + r * ldo, tmp, (size_t)nr * sizeof(float));
-    }
-}
+
+#define LOAD16_F32(p) _mm512_loadu_ps(p)
+#define LOAD16_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define LOAD8_F32(p) _mm256_loadu_ps(p)
+#define LOAD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+TILE_KMAJOR_512(tile_f32_avx512, float, LOAD16_F32)
+TILE_KMAJOR_512(tile_f16_avx512, uint16_t, LOAD16_F16)
+TILE_KMAJOR_AVX2(tile_f32_avx2, float, LOAD8_F32)
+TILE_KMAJOR_AVX2(tile_f16_avx2, uint16_t, LOAD8_F16)
 #endif
 
 static void tile_f32_portable(float *out, int64_t ldo, const float *pw, const float *x, int64_t ldx, int64_t K,
@@ -254,6 +293,16 @@ static void tile_f32_portable(float *out, int64_t ldo, const float *pw, const fl
         float acc[NP] = {0};
         for (int64_t k = 0; k < K; k++)
             for (int j = 0; j < NP; j++) acc[j] = fmaf(x[r * ldx + k], pw[k * NP + j], acc[j]);
+        memcpy(out + r * ldo, acc, (size_t)nr * sizeof(float));
+    }
+}
+
+static void tile_f16_portable(float *out, int64_t ldo, const uint16_t *pw, const float *x, int64_t ldx, int64_t K,
+                              int nr, int mr) {
+    for (int r = 0; r < mr; r++) {
+        float acc[NP] = {0};
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < NP; j++) acc[j] = fmaf(x[r * ldx + k], f16_to_f32(pw[k * NP + j]), acc[j]);
         memcpy(out + r * ldo, acc, (size_t)nr * sizeof(float));
     }
 }
@@ -308,9 +357,12 @@ ROWS_FN(rows_avx512, tile_avx512, uint32_t, float, MR, TARGET_512)
 ROWS_FN(rows_avx2, tile_avx2, uint32_t, float, MR_AVX2, TARGET_AVX2)
 ROWS_FN(rows_f32_avx512, tile_f32_avx512, float, float, MR, TARGET_512)
 ROWS_FN(rows_f32_avx2, tile_f32_avx2, float, float, MR_AVX2, TARGET_AVX2)
+ROWS_FN(rows_f16_avx512, tile_f16_avx512, uint16_t, float, MR, TARGET_512)
+ROWS_FN(rows_f16_avx2, tile_f16_avx2, uint16_t, float, MR_AVX2, TARGET_AVX2)
 #endif
 ROWS_FN(rows_portable, tile_portable, uint32_t, float, 1, )
 ROWS_FN(rows_f32_portable, tile_f32_portable, float, float, 1, )
+ROWS_FN(rows_f16_portable, tile_f16_portable, uint16_t, float, 1, )
 
 /* ---- the op ---------------------------------------------------------------- */
 
@@ -403,6 +455,18 @@ void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int6
 #ifdef HAVE_X86_LEVELS
     if (isa >= CPU_ISA_AVX512) a.rows = rows_f32_avx512;
     else if (isa == CPU_ISA_AVX2) a.rows = rows_f32_avx2;
+#else
+    (void)isa;
+#endif
+    cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
+}
+
+void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K) {
+    cpu_isa_t isa = cpu_isa();
+    packed_args_t a = {out, in, K, packed, NP * (size_t)K * sizeof(uint16_t), T, N, K, rows_f16_portable};
+#ifdef HAVE_X86_LEVELS
+    if (isa >= CPU_ISA_AVX512) a.rows = rows_f16_avx512;
+    else if (isa == CPU_ISA_AVX2) a.rows = rows_f16_avx2;
 #else
     (void)isa;
 #endif

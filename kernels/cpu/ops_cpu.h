@@ -41,7 +41,7 @@ void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int6
 void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t N,
                 int64_t K);
 /* Linear weights in the packed layouts of linear_packed.c (panels of 32
- * features; bf16 with K interleaved by pairs, fp32 k-major): their sizes, the
+ * features; bf16 with K interleaved by pairs, fp32 and f16 k-major): their sizes, the
  * packing, and the ops, which give a token the same result whatever T is
  * (see linear_packed.c for which ISA level rounds activations to bf16). */
 size_t cpu_bf16_packed_bytes(int64_t N, int64_t K);
@@ -51,6 +51,9 @@ void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int
 size_t cpu_f32_packed_bytes(int64_t N, int64_t K);
 void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K);
 void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K);
+size_t cpu_f16_packed_bytes(int64_t N, int64_t K);
+void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K);
+void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K);
 /* In place on q(T, H, D) and k(T, Hkv, D); see ops.h. */
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale);

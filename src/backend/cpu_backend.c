@@ -46,25 +46,27 @@ static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *
 }
 /* Linear weights get a copy of their own, made once at load in memory that
  * the loader backs with huge pages (weights.c), in the packed layouts of
- * linear_packed.c (bf16 and fp32). Decode streams every weight once per
+ * linear_packed.c (bf16, fp32 and f16). Decode streams every weight once per
  * token, and on 4 KB pages (a checkpoint's mapping, or malloc's) one GEMV
  * read at 21 GB/s where 2 MB pages gave 32 on the same machine
- * (docs/benchmarks.md). f16 weights are read where they are (cpu_linear). */
+ * (docs/benchmarks.md). cpu_linear stays the reference op. */
 static size_t op_packed_bytes(void *ctx, const sl_weight_t *w) {
     (void)ctx;
     if (w->dtype == DTYPE_BF16) return cpu_bf16_packed_bytes(w->rows, w->cols);
     if (w->dtype == DTYPE_F32) return cpu_f32_packed_bytes(w->rows, w->cols);
-    return 0;
+    return cpu_f16_packed_bytes(w->rows, w->cols);
 }
 static void op_pack_linear(void *ctx, const sl_weight_t *w, void *dst) {
     (void)ctx;
     if (w->dtype == DTYPE_BF16) cpu_bf16_pack(dst, w->data, w->rows, w->cols);
-    else cpu_f32_pack(dst, w->data, w->rows, w->cols);
+    else if (w->dtype == DTYPE_F32) cpu_f32_pack(dst, w->data, w->rows, w->cols);
+    else cpu_f16_pack(dst, w->data, w->rows, w->cols);
 }
 
 static void linear(float *out, const float *in, const sl_weight_t *w, int64_t T) {
     if (w->packed && w->dtype == DTYPE_BF16) cpu_linear_bf16_packed(out, in, w->packed, T, w->rows, w->cols);
-    else if (w->packed) cpu_linear_f32_packed(out, in, w->packed, T, w->rows, w->cols);
+    else if (w->packed && w->dtype == DTYPE_F32) cpu_linear_f32_packed(out, in, w->packed, T, w->rows, w->cols);
+    else if (w->packed) cpu_linear_f16_packed(out, in, w->packed, T, w->rows, w->cols);
     else cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);
 }
 static void op_linear(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T) {

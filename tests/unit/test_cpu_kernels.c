@@ -5,7 +5,7 @@
  * it does not are named as not run. Shapes are odd on purpose: N not a
  * multiple of the 32-feature panel, K odd (a padded pair) and not a multiple
  * of the vector width, T of 1, a partial 8-row tile, several tiles.
- * References: the packed linears (bf16 and fp32 weights) at the fp32-exact
+ * References: the packed linears (bf16, fp32 and f16 weights) at the fp32-exact
  * levels are the exact sum of the weights times fp32 activations; bf16 at
  * avx512_bf16 the same sum with the activations rounded to bf16 first (what
  * vdpbf16ps multiplies); all to fp32 accumulation error. Attention: softmax(q k^T scale) v in double over
@@ -44,16 +44,18 @@ static const struct { int64_t T, N, K; } linear_cases[] = {
     {1, 67, 131}, {3, 32, 2}, {8, 33, 1}, {9, 301, 1031}, {17, 64, 64}, {40, 31, 255}, {1, 8192, 96},
 };
 
-/* The packed linear of dtype dt (BF16 or F32) at every level. */
+/* The packed linear of dtype dt (BF16, F32 or F16) at every level. */
 static void packed_linear_at_every_level(sl_dtype_t dt) {
-    int bf = dt == DTYPE_BF16;
+    int bf = dt == DTYPE_BF16, f16 = dt == DTYPE_F16;
     for (size_t ci = 0; ci < sizeof linear_cases / sizeof linear_cases[0]; ci++) {
         int64_t T = linear_cases[ci].T, N = linear_cases[ci].N, K = linear_cases[ci].K;
         float *x = rand_floats(T * K, 1.0f), *wf = rand_floats(N * K, 0.1f);
         uint16_t *w = sl_malloc((size_t)(N * K) * sizeof *w);
-        for (int64_t i = 0; i < N * K; i++) w[i] = f32_to_bf16(wf[i]);
-        void *packed = sl_malloc(bf ? cpu_bf16_packed_bytes(N, K) : cpu_f32_packed_bytes(N, K));
+        for (int64_t i = 0; i < N * K; i++) w[i] = f16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+        void *packed = sl_malloc(bf ? cpu_bf16_packed_bytes(N, K) : f16 ? cpu_f16_packed_bytes(N, K)
+                                                                           : cpu_f32_packed_bytes(N, K));
         if (bf) cpu_bf16_pack(packed, w, N, K);
+        else if (f16) cpu_f16_pack(packed, w, N, K);
         else cpu_f32_pack(packed, wf, N, K);
         float *out = sl_malloc((size_t)(T * N) * sizeof *out), *first = sl_malloc((size_t)(T * N) * sizeof *first);
         double *ref = sl_malloc((size_t)(T * N) * sizeof *ref);
@@ -66,15 +68,16 @@ static void packed_linear_at_every_level(sl_dtype_t dt) {
                     double acc = 0;
                     for (int64_t k = 0; k < K; k++) {
                         float xv = rounds ? bf16_to_f32(f32_to_bf16(x[t * K + k])) : x[t * K + k];
-                        acc += (double)xv * (bf ? bf16_to_f32(w[n * K + k]) : wf[n * K + k]);
+                        acc += (double)xv * (bf ? bf16_to_f32(w[n * K + k]) : f16 ? f16_to_f32(w[n * K + k]) : wf[n * K + k]);
                     }
                     ref[t * N + n] = acc;
                 }
             memset(out, 0xff, (size_t)(T * N) * sizeof *out);
             if (bf) cpu_linear_bf16_packed(out, x, packed, T, N, K);
+            else if (f16) cpu_linear_f16_packed(out, x, packed, T, N, K);
             else cpu_linear_f32_packed(out, x, packed, T, N, K);
             char what[96];
-            snprintf(what, sizeof what, "%s %s T=%lld N=%lld K=%lld", bf ? "bf16" : "f32", cpu_isa_name((cpu_isa_t)isa),
+            snprintf(what, sizeof what, "%s %s T=%lld N=%lld K=%lld", dtype_name(dt), cpu_isa_name((cpu_isa_t)isa),
                      (long long)T, (long long)N, (long long)K);
             check_close(what, out, ref, T * N, 1e-5, 1e-5);
             /* The fp32-exact levels compute the same FMA chain per output: equal bits. */
@@ -84,6 +87,7 @@ static void packed_linear_at_every_level(sl_dtype_t dt) {
             float *one = sl_malloc((size_t)N * sizeof *one);
             for (int64_t t = 0; t < T; t += T > 3 ? T / 3 : 1) {
                 if (bf) cpu_linear_bf16_packed(one, x + t * K, packed, 1, N, K);
+                else if (f16) cpu_linear_f16_packed(one, x + t * K, packed, 1, N, K);
                 else cpu_linear_f32_packed(one, x + t * K, packed, 1, N, K);
                 CHECK(!memcmp(one, out + t * N, (size_t)N * sizeof *one));
             }
@@ -98,6 +102,7 @@ static void packed_linear_at_every_level(sl_dtype_t dt) {
 
 static void test_packed_bf16_linear_matches_double_at_every_level(void) { packed_linear_at_every_level(DTYPE_BF16); }
 static void test_packed_f32_linear_matches_double_at_every_level(void) { packed_linear_at_every_level(DTYPE_F32); }
+static void test_packed_f16_linear_matches_double_at_every_level(void) { packed_linear_at_every_level(DTYPE_F16); }
 
 /* The packed layout itself: feature n, column k of the weight is the low
  * (k even) or high (k odd) half of packed[n / 32][k / 2][n % 32]; padding is 0. */
@@ -207,6 +212,7 @@ int main(void) {
     RUN(test_pack_layout);
     RUN(test_packed_bf16_linear_matches_double_at_every_level);
     RUN(test_packed_f32_linear_matches_double_at_every_level);
+    RUN(test_packed_f16_linear_matches_double_at_every_level);
     RUN(test_attention_matches_double_at_every_level);
     return test_summary();
 }
