@@ -9,14 +9,18 @@
  * work item is one KV head of a tile of up to ATTN_QT consecutive tokens of
  * one sequence, with every query head of its group, so each K/V row read
  * from the cache serves tile x group query rows. The item walks its keys in
- * blocks of ATTN_KB, up to the tile's last position: the block's K and V
- * rows are gathered through the block table into contiguous fp32 buffers
- * (widened there from a bf16 cache), then for each query row the scores of
- * the keys it sees (q . k, scale applied in fp32), an online softmax (running
- * max and sum, the accumulator rescaled when the max moves) and O += P V.
- * Nothing is sized by the context. exp is exp_neg below, in plain C so that
- * the compiler vectorizes the row of a block; the inner loops are the same C
- * compiled once per ISA level (cpu_isa.h) and chosen at run time.
+ * blocks of ATTN_KB, up to the tile's last position; each query row takes the
+ * scores of the keys it sees (q . k, scale applied in fp32), an online
+ * softmax (running max and sum, the accumulator rescaled when the max moves)
+ * and O += P V (attend_block). A tile of many rows first copies the block's K
+ * and V rows into contiguous fp32 buffers (widened from a bf16 cache); a few
+ * rows (decode) read them in place, with prefetches. Either way a row goes
+ * through the same operations in the same order, so a token's output does
+ * not depend on the other tokens of its step. Nothing is sized by the
+ * context. The vector code is GCC's vector extension, compiled once per ISA
+ * level (cpu_isa.h) and chosen at run time, with FMA contraction on for this
+ * file (CMakeLists.txt); exp is exp_neg, branch-free so that it vectorizes.
+ * A head dim that is not a multiple of 16 takes attention_item, plain loops.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -285,8 +289,9 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
     }
 }
 
-/* The plain form, any D. */
-/* One tile x KV head: items i = tile * Hkv + g. */
+/* The plain form, for any D: one tile x KV head (item = tile * Hkv + g),
+ * always through the gathered block, so its rows too do not depend on the
+ * step. */
 static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
                                                                   float *scratch) {
     const int64_t D = a->D, B = a->B, group = a->H / a->Hkv;
