@@ -87,59 +87,51 @@ void cpu_bf16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) {
     cpu_parallel_for(N * K, n_panels, 0, pack_panels, &a);
 }
 
-size_t cpu_f32_packed_bytes(int64_t N, int64_t K) {
-    return (size_t)((N + NP - 1) / NP) * NP * (size_t)K * sizeof(float);
+/* k-major panels (fp32, f16): packed[p][k][j] = w[32p + j][k], element by
+ * element of `es` bytes; the last panel's padding rows are zeros. */
+static size_t kmajor_bytes(int64_t N, int64_t K, size_t es) {
+    return (size_t)((N + NP - 1) / NP) * NP * (size_t)K * es;
 }
 
 typedef struct {
-    float *dst;
-    const float *w;
+    uint8_t *dst;
+    const uint8_t *w;
     int64_t N, K;
-} pack_f32_args_t;
+    size_t es;
+} pack_kmajor_args_t;
 
-static void pack_f32_panels(void *arg, int64_t p0, int64_t p1, int worker) {
-    (void)worker;
-    const pack_f32_args_t *a = arg;
+static inline __attribute__((always_inline)) void pack_kmajor_range(const pack_kmajor_args_t *a, int64_t p0,
+                                                                     int64_t p1, const size_t es) {
     for (int64_t p = p0; p < p1; p++) {
-        float *panel = a->dst + (size_t)p * NP * (size_t)a->K;
+        uint8_t *panel = a->dst + (size_t)p * NP * (size_t)a->K * es;
         for (int j = 0; j < NP; j++) {
             int64_t n = p * NP + j;
-            for (int64_t k = 0; k < a->K; k++) panel[k * NP + j] = n < a->N ? a->w[n * a->K + k] : 0.0f;
+            const uint8_t *row = n < a->N ? a->w + (size_t)(n * a->K) * es : NULL;
+            for (int64_t k = 0; k < a->K; k++) {
+                uint8_t *d = panel + (size_t)(k * NP + j) * es;
+                if (row) memcpy(d, row + (size_t)k * es, es);
+                else memset(d, 0, es);
+            }
         }
     }
 }
 
-void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K) {
-    pack_f32_args_t a = {dst, w, N, K};
-    cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_f32_panels, &a);
-}
-
-size_t cpu_f16_packed_bytes(int64_t N, int64_t K) {
-    return (size_t)((N + NP - 1) / NP) * NP * (size_t)K * sizeof(uint16_t);
-}
-
-typedef struct {
-    uint16_t *dst;
-    const uint16_t *w;
-    int64_t N, K;
-} pack_f16_args_t;
-
-static void pack_f16_panels(void *arg, int64_t p0, int64_t p1, int worker) {
+static void pack_kmajor_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     (void)worker;
-    const pack_f16_args_t *a = arg;
-    for (int64_t p = p0; p < p1; p++) {
-        uint16_t *panel = a->dst + (size_t)p * NP * (size_t)a->K;
-        for (int j = 0; j < NP; j++) {
-            int64_t n = p * NP + j;
-            for (int64_t k = 0; k < a->K; k++) panel[k * NP + j] = n < a->N ? a->w[n * a->K + k] : 0;
-        }
-    }
+    const pack_kmajor_args_t *a = arg;
+    if (a->es == 4) pack_kmajor_range(a, p0, p1, 4); /* constant sizes: the copies are moves */
+    else pack_kmajor_range(a, p0, p1, 2);
 }
 
-void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) {
-    pack_f16_args_t a = {dst, w, N, K};
-    cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_f16_panels, &a);
+static void pack_kmajor(void *dst, const void *w, int64_t N, int64_t K, size_t es) {
+    pack_kmajor_args_t a = {dst, w, N, K, es};
+    cpu_parallel_for(N * K, (N + NP - 1) / NP, 0, pack_kmajor_panels, &a);
 }
+
+size_t cpu_f32_packed_bytes(int64_t N, int64_t K) { return kmajor_bytes(N, K, sizeof(float)); }
+void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K) { pack_kmajor(dst, w, N, K, sizeof(float)); }
+size_t cpu_f16_packed_bytes(int64_t N, int64_t K) { return kmajor_bytes(N, K, sizeof(uint16_t)); }
+void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) { pack_kmajor(dst, w, N, K, sizeof(uint16_t)); }
 
 /* ---- the tiles, one per level ---------------------------------------------
  * tile(out, ldo, panel, x, ldx, kp2, nr, mr): out[r][j] for r < mr, j < nr
