@@ -18,10 +18,10 @@ Prints one line per prompt and a final "N passed, N failed".
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
+
+from teacher_forced import teacher_forced
 
 
 def run(servelab, model, cases, max_tokens, extra):
@@ -33,39 +33,6 @@ def run(servelab, model, cases, max_tokens, extra):
     if res.returncode != 0:
         sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr}")
     return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-
-
-def teacher_forced(args, cases):
-    """(ok, report line): the checkpoint's dtype, one greedy token after each prefix of the answers."""
-    lines, want, theirs_top5 = [], [], []
-    for c in cases:
-        for j, t in enumerate(c["token_ids"]):
-            lines.append({"prompt_token_ids": c["prompt_token_ids"] + c["token_ids"][:j], "max_tokens": 1,
-                          "temperature": 0, "logprobs": 5})
-            want.append(t)
-            theirs_top5.append([i for i, _ in c["top_logprobs"][j]])
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
-        path = f.name
-    try:
-        res = subprocess.run([args.servelab, "generate", args.model, "--device", "cpu", "--json",
-                              "--prompts-file", path], capture_output=True, text=True, timeout=600)
-    finally:
-        os.unlink(path)
-    if res.returncode != 0:
-        sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr}")
-    outs = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-    if len(outs) != len(want):
-        return False, f"FAIL checkpoint dtype, teacher-forced: {len(outs)} answers for {len(want)} steps"
-    agree, bad = 0, []
-    for i, (o, t, top) in enumerate(zip(outs, want, theirs_top5)):
-        ours = o["token_ids"][0]
-        agree += ours == t
-        if ours != t and (t not in [x["id"] for x in o["top_logprobs"][0]] or ours not in top):
-            bad.append((i, ours, t))
-    what = (f"checkpoint dtype, teacher-forced along transformers' answers: top-1 equal at {agree} of "
-            f"{len(want)} steps ({100 * agree / max(len(want), 1):.1f}%); where not, each token in the other's top 5")
-    return not bad, ("ok   " + what) if not bad else f"FAIL {what}: {len(bad)} steps (step, ours, theirs), first {bad[:4]}"
 
 
 def main():
@@ -108,9 +75,13 @@ def main():
                 passed += 1
                 print(f"ok   {label} prompt {i}: {len(g['prompt_token_ids'])} prompt tokens, "
                       f"{len(g['token_ids'])} tokens identical, max logprob error {err:.1e}")
-    ok, line = teacher_forced(args, cases)
+    ok, name, detail = teacher_forced(
+        args.servelab, args.model,
+        [(c["prompt_token_ids"], c["token_ids"], [[i for i, _ in step] for step in c["top_logprobs"]])
+         for c in cases],
+        "transformers'")
     passed, failed = passed + ok, failed + (not ok)
-    print(line)
+    print(f"ok   checkpoint dtype, {name}" if ok else f"FAIL checkpoint dtype, {name}: {detail}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

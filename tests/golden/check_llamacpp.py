@@ -27,47 +27,9 @@ Prints one line per check and "N passed, N failed".
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
-
-def generate(servelab, model, lines, extra=()):
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        for line in lines:
-            f.write(json.dumps(line) + "\n")
-        path = f.name
-    try:
-        res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json", *extra],
-                             capture_output=True, text=True, timeout=600)
-    finally:
-        os.unlink(path)
-    if res.returncode != 0:
-        sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr[-2000:]}")
-    return [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-
-
-def teacher_forced(args, check, golden, what):
-    """One greedy token after each prefix of llama.cpp's answers, in the checkpoint's dtype."""
-    lines, want, theirs_top5 = [], [], []
-    for c in golden["cases"]:
-        for j, t in enumerate(c["token_ids"]):
-            lines.append({"prompt_token_ids": c["prompt_token_ids"] + c["token_ids"][:j], "max_tokens": 1,
-                          "temperature": 0, "logprobs": 5})
-            want.append(t)
-            theirs_top5.append(c["top5_ids"][j])
-    outs = generate(args.servelab, args.model, lines)
-    check(f"teacher-forced ({what}): one answer per step", len(outs) == len(want),
-          f"got {len(outs)} for {len(want)}")
-    agree, bad = 0, []
-    for i, (o, t, top) in enumerate(zip(outs, want, theirs_top5)):
-        ours = o["token_ids"][0]
-        agree += ours == t
-        if ours != t and (t not in [x["id"] for x in o["top_logprobs"][0]] or ours not in top):
-            bad.append((i, ours, t))
-    check(f"teacher-forced along llama.cpp's {what} answers: top-1 equal at {agree} of {len(want)} steps "
-          f"({100 * agree / max(len(want), 1):.1f}%); where not, each token in the other's top 5", not bad,
-          f"{len(bad)} steps (step, ours, llama.cpp's), first {bad[:4]}")
+from teacher_forced import generate, teacher_forced
 
 
 def main():
@@ -102,8 +64,12 @@ def main():
               f"from step {k}: ours {o['token_ids'][k:k + 4] if k is not None else []} {end}, "
               f"llama.cpp {c['token_ids'][k:k + 4] if k is not None else []} {c['stop_type']}")
 
-    teacher_forced(args, check, exact, "F32")
-    teacher_forced(args, check, json.load(open(args.quantized, encoding="utf-8")), "Q4_1")
+    quant = json.load(open(args.quantized, encoding="utf-8"))
+    for golden, what in ((exact, "F32"), (quant, "Q4_1")):
+        ok, name, detail = teacher_forced(
+            args.servelab, args.model,
+            [(c["prompt_token_ids"], c["token_ids"], c["top5_ids"]) for c in golden["cases"]], f"llama.cpp's {what}")
+        check(name, ok, detail)
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
