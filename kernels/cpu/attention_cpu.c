@@ -20,7 +20,7 @@
  * context. The vector code is GCC's vector extension, compiled once per ISA
  * level (cpu_isa.h) and chosen at run time, with FMA contraction on for this
  * file (CMakeLists.txt); exp is exp_neg, branch-free so that it vectorizes.
- * A head dim that is not a multiple of 16 takes attention_item, plain loops.
+ * A head dim that is not a multiple of 16 takes attend_block_plain, plain loops.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -36,7 +36,7 @@
 #define ATTN_QT 32 /* tokens per tile */
 #define ATTN_KB 64 /* keys per block */
 /* Query rows of a tile from which a block's K/V rows are copied together
- * rather than read in place (attention_item_v16). */
+ * rather than read in place (attention_item). */
 #define ATTN_GATHER_ROWS 8
 
 /* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
@@ -220,10 +220,44 @@ static inline __attribute__((always_inline)) void attend_block(const float *qv, 
     }
 }
 
+/* attend_block for any D, in plain loops (a head dim that is not a multiple
+ * of 16; the item always gathers then, so krow/vrow are fp32). */
+static inline __attribute__((always_inline)) void attend_block_plain(const float *qv, const void *const *krow,
+                                                                     const void *const *vrow, int64_t n, int64_t D,
+                                                                     float scale, float *w, float *o, float *m_io,
+                                                                     float *l_io) {
+    float mx = *m_io;
+    for (int64_t j = 0; j < n; j++) {
+        const float *kv = krow[j];
+        float sc = 0.0f;
+#pragma omp simd reduction(+ : sc)
+        for (int64_t d = 0; d < D; d++) sc += qv[d] * kv[d];
+        w[j] = sc * scale;
+        mx = w[j] > mx ? w[j] : mx;
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++) {
+        w[j] = exp_neg(w[j] - mx);
+        sum += w[j];
+    }
+    float c = exp_neg(*m_io - mx);
+    *l_io = *l_io * c + sum;
+    *m_io = mx;
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) o[d] *= c;
+    for (int64_t j = 0; j < n; j++) {
+        const float *vv = vrow[j];
+        float wj = w[j];
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) o[d] += wj * vv[d];
+    }
+}
+
 /* Zero rows for the keys past a block's end (no branch in the 16-key loop). */
 static const float zero_row[ATTN_MAX_D];
 
-/* The vector form, for D a multiple of 16. Per block of keys, krow[j] and
+/* One tile x KV head (item = tile * Hkv + g). Per block of keys, krow[j] and
  * vrow[j] point at key j's rows: in the cache itself for a few query rows
  * (decode: one token and its group's heads), or, for a tile of many, in a
  * contiguous fp32 copy of the block made once and read by every row (the
@@ -232,14 +266,14 @@ static const float zero_row[ATTN_MAX_D];
  * row goes through (attend_block), so a token's output does not depend on its
  * step's other tokens: chunked prefill, prefix hits and batches give the same
  * bits. */
-static inline __attribute__((always_inline)) void attention_item_v16(const attn_args_t *a, int64_t item,
-                                                                      float *scratch) {
+static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
+                                                                  float *scratch) {
     const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
     const attn_tile_t *tile = &a->tiles[item / Hkv];
     const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
     const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
-    const bool gather = rows >= ATTN_GATHER_ROWS;
+    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec;
     float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
     float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
     const void *krow[ATTN_KB], *vrow[ATTN_KB];
@@ -276,76 +310,12 @@ static inline __attribute__((always_inline)) void attention_item_v16(const attn_
             if (n <= 0) continue;
             if (n > nk) n = nk;
             const float *qv = a->q + (t * a->H + h) * D;
-            if (gather || a->kv_dt == DTYPE_F32)
+            if (!vec)
+                attend_block_plain(qv, krow, vrow, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
+            else if (gather || a->kv_dt == DTYPE_F32)
                 attend_block(qv, krow, vrow, DTYPE_F32, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
             else
                 attend_block(qv, krow, vrow, DTYPE_BF16, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-        }
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t t = tile->t0 + r / group, h = g * group + r % group;
-        float *o = a->out + (t * a->H + h) * D, inv = 1.0f / lrow[r];
-        for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] * inv;
-    }
-}
-
-/* The plain form, for any D: one tile x KV head (item = tile * Hkv + g),
- * always through the gathered block, so its rows too do not depend on the
- * step. */
-static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
-                                                                  float *scratch) {
-    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv;
-    const attn_tile_t *tile = &a->tiles[item / a->Hkv];
-    const int64_t g = item % a->Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
-    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
-    float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
-    float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
-
-    int32_t last = 0; /* the tile's largest position: keys beyond it are seen by no row */
-    for (int64_t i = 0; i < nt; i++)
-        if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
-    for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
-    memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
-
-    for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
-        int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
-        for (int64_t j = 0; j < nk; j++) {
-            int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
-            gather_row(kb + j * D, a->kc, a->kv_dt, slot, a->Hkv, g, D);
-            gather_row(vb + j * D, a->vc, a->kv_dt, slot, a->Hkv, g, D);
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t t = tile->t0 + r / group, h = g * group + r % group;
-            int64_t n = a->positions[t] + 1 - p0; /* keys of this block row r sees */
-            if (n <= 0) continue;
-            if (n > nk) n = nk;
-            const float *qv = a->q + (t * a->H + h) * D;
-            float mx = mrow[r];
-            for (int64_t j = 0; j < n; j++) {
-                const float *kv = kb + j * D;
-                float sc = 0.0f;
-#pragma omp simd reduction(+ : sc)
-                for (int64_t d = 0; d < D; d++) sc += qv[d] * kv[d];
-                w[j] = sc * a->scale;
-                mx = w[j] > mx ? w[j] : mx;
-            }
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t j = 0; j < n; j++) {
-                w[j] = exp_neg(w[j] - mx);
-                sum += w[j];
-            }
-            float c = exp_neg(mrow[r] - mx), *o = acc + r * D;
-            lrow[r] = lrow[r] * c + sum;
-            mrow[r] = mx;
-#pragma omp simd
-            for (int64_t d = 0; d < D; d++) o[d] *= c;
-            for (int64_t j = 0; j < n; j++) {
-                const float *vv = vb + j * D;
-                float wj = w[j];
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) o[d] += wj * vv[d];
-            }
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -360,10 +330,7 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
         const attn_args_t *a = arg;                                                     \
         int64_t rows = ATTN_QT * (a->H / a->Hkv);                                       \
         float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
-        for (int64_t i = i0; i < i1; i++) {                                             \
-            if (a->D % 16 == 0) attention_item_v16(a, i, scratch);                      \
-            else attention_item(a, i, scratch);                                         \
-        }                                                                               \
+        for (int64_t i = i0; i < i1; i++) attention_item(a, i, scratch);                \
     }
 
 ATTN_ITEMS_FN(items_portable, )
