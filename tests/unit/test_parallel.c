@@ -1,7 +1,10 @@
-/* test_parallel.c - the CPU worker pool: every item once, worker ids, nesting,
- * concurrent callers, and idle workers that sleep instead of spinning.
+/* test_parallel.c - the CPU worker pools: every item once, worker ids, nesting,
+ * concurrent callers, idle workers that sleep instead of spinning, and pools of
+ * their own (one per tensor-parallel rank) that run loops at once, count their
+ * own threads, and stop their workers when freed.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -121,6 +124,150 @@ static void test_concurrent_callers_both_finish(void) {
     parallel_set_threads(0);
 }
 
+/* Runs parallel_for over n items on the calling thread's pool and returns how
+ * many things went wrong (items not run exactly once, bad or shared worker
+ * ids); adds the items worker 1 ran to *by_worker1. For threads other than
+ * the main one, whose CHECKs would race on the harness's state. */
+typedef struct {
+    visit_args_t v;
+    atomic_int by_worker1;
+} counted_args_t;
+
+static void counted_visit(void *arg, int64_t i0, int64_t i1, int worker) {
+    counted_args_t *a = arg;
+    visit(&a->v, i0, i1, worker);
+    if (worker == 1) atomic_fetch_add(&a->by_worker1, (int)(i1 - i0));
+}
+
+static int64_t loop_errors(int64_t n, int n_threads, int64_t *by_worker1) {
+    counted_args_t a = {.v = {.visits = sl_calloc((size_t)n, sizeof(atomic_int)), .max_worker = n_threads}};
+    parallel_for(n, 0, counted_visit, &a);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; i++) wrong += atomic_load(&a.v.visits[i]) != 1;
+    free(a.v.visits);
+    *by_worker1 += atomic_load(&a.by_worker1);
+    return wrong + atomic_load(&a.v.bad_worker) + atomic_load(&a.v.overlap);
+}
+
+typedef struct {
+    const char *name;
+    int n_threads_seen;
+    int64_t errors, by_worker1;
+} rank_args_t;
+
+/* One tensor-parallel rank: its own pool of 2, 2000 loops of 10000 items. */
+static void *rank_main(void *arg) {
+    rank_args_t *r = arg;
+    parallel_pool_t *pool = parallel_pool_new(2, r->name);
+    parallel_use_pool(pool);
+    r->n_threads_seen = parallel_n_threads();
+    for (int rep = 0; rep < 2000; rep++) r->errors += loop_errors(10000, 2, &r->by_worker1);
+    parallel_use_pool(NULL);
+    parallel_pool_free(pool);
+    return NULL;
+}
+
+/* Two ranks' loops run at once, each on its own pool's threads: neither falls
+ * back to running alone (as two callers of one pool do), so each pool's
+ * worker 1 takes part, and ids stay below the pool's count of 2. */
+static void test_two_pools_run_loops_at_once(void) {
+    parallel_set_threads(4);
+    rank_args_t r[2] = {{.name = "r0"}, {.name = "r1"}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, rank_main, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        printf("  rank %d: worker 1 ran %lld of %d items\n", i, (long long)r[i].by_worker1, 2000 * 10000);
+        CHECK_EQ_INT(r[i].n_threads_seen, 2);
+        CHECK_EQ_INT(r[i].errors, 0);
+        CHECK(r[i].by_worker1 > 0);
+    }
+    CHECK_EQ_INT(parallel_n_threads(), 4);
+    parallel_set_threads(0);
+}
+
+typedef struct {
+    int n_threads_seen, n_threads_after_set;
+    int64_t errors, by_worker1;
+} count_args_t;
+
+static void *pool_of_3_main(void *arg) {
+    count_args_t *c = arg;
+    parallel_pool_t *pool = parallel_pool_new(3, "t3");
+    parallel_use_pool(pool);
+    c->n_threads_seen = parallel_n_threads();
+    for (int rep = 0; rep < 100; rep++) c->errors += loop_errors(1000, 3, &c->by_worker1);
+    parallel_set_threads(2); /* acts on this thread's pool, not the process's */
+    c->n_threads_after_set = parallel_n_threads();
+    for (int rep = 0; rep < 100; rep++) c->errors += loop_errors(1000, 2, &c->by_worker1);
+    parallel_pool_free(pool); /* also returns this thread to the process pool */
+    return NULL;
+}
+
+/* Kernels size scratch by parallel_n_threads(): on a thread using a pool of 3
+ * it is 3, while the main thread's process pool keeps its own count. */
+static void test_n_threads_is_the_current_pools(void) {
+    parallel_set_threads(2);
+    count_args_t c = {0};
+    pthread_t t;
+    pthread_create(&t, NULL, pool_of_3_main, &c);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(c.n_threads_seen, 3);
+    CHECK_EQ_INT(c.n_threads_after_set, 2);
+    CHECK_EQ_INT(c.errors, 0);
+    CHECK_EQ_INT(parallel_n_threads(), 2);
+    parallel_set_threads(0);
+}
+
+static int n_process_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* parallel_pool_free joins the workers: made and freed 50 times (some never
+ * used, some with workers asleep, some right after a loop), no thread is
+ * left behind and nothing hangs. */
+static void test_freed_pools_leave_no_threads(void) {
+    check_once(1000, 0, parallel_n_threads()); /* the process pool's workers exist already */
+    int before = n_process_threads();
+    for (int rep = 0; rep < 50; rep++) {
+        parallel_pool_t *pool = parallel_pool_new(2 + rep % 3, "tmp");
+        if (rep % 5 != 0) {
+            parallel_use_pool(pool);
+            check_once(1000, 0, 2 + rep % 3);
+            if (rep % 5 == 1) {
+                struct timespec nap = {0, 2 * 1000 * 1000}; /* the workers go to sleep */
+                nanosleep(&nap, NULL);
+            }
+            parallel_use_pool(NULL);
+        }
+        parallel_pool_free(pool);
+    }
+    int after = n_process_threads();
+    printf("  threads before: %d, after 50 pools: %d\n", before, after);
+    CHECK(before > 0);
+    CHECK_EQ_INT(after, before);
+}
+
+/* parallel_use_pool(NULL) puts the thread back on the process pool. */
+static void test_use_pool_null_returns_to_the_process_pool(void) {
+    parallel_set_threads(2);
+    parallel_pool_t *pool = parallel_pool_new(3, "p3");
+    parallel_use_pool(pool);
+    CHECK_EQ_INT(parallel_n_threads(), 3);
+    check_once(1000, 0, 3);
+    parallel_use_pool(NULL);
+    CHECK_EQ_INT(parallel_n_threads(), 2);
+    check_once(1000, 0, 2);
+    parallel_pool_free(pool);
+    CHECK_EQ_INT(parallel_n_threads(), 2);
+    parallel_set_threads(0);
+}
+
 static double cpu_s(void) {
     struct rusage r;
     getrusage(RUSAGE_SELF, &r);
@@ -150,5 +297,9 @@ int main(void) {
     RUN(test_nested_call_runs_on_the_calling_thread);
     RUN(test_concurrent_callers_both_finish);
     RUN(test_idle_workers_sleep);
+    RUN(test_two_pools_run_loops_at_once);
+    RUN(test_n_threads_is_the_current_pools);
+    RUN(test_freed_pools_leave_no_threads);
+    RUN(test_use_pool_null_returns_to_the_process_pool);
     return test_summary();
 }
