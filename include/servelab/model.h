@@ -17,6 +17,8 @@
 #include "servelab/core.h"
 #include "servelab/ops.h"
 #include "servelab/safetensors.h"
+#include "servelab/comm.h"
+#include "servelab/tp.h"
 
 typedef enum { LOAD_FORMAT_AUTO, LOAD_FORMAT_SAFETENSORS, LOAD_FORMAT_DUMMY } load_format_t;
 
@@ -32,6 +34,7 @@ typedef struct {
     sl_dtype_t dtype;       /* otherwise convert every weight to this */
     uint64_t seed;          /* dummy weights */
     bool progress;          /* progress bar on stderr if loading takes > 1 s */
+    int tensor_parallel_size; /* ranks (<= 1: one); tp.h */
 } model_load_opts_t;
 
 typedef struct {
@@ -51,21 +54,25 @@ typedef struct {
     int64_t n_params;
 } llama_weights_t;
 
-/* Loads and checks all weights named by `cfg` from `model_dir`. On error,
+/* Loads and checks all weights named by `cfg` from `model_dir`, the part of
+ * each that `shard` holds (tp.h; every tensor is checked whole). On error,
  * `err` names the file, the tensor and what is wrong; nothing is leaked. */
-int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_t *ops,
+int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shard_t *shard, const sl_ops_t *ops,
                  const model_load_opts_t *opts, llama_weights_t *w, sl_err_t *err);
 void weights_free(llama_weights_t *w, const sl_ops_t *ops);
 
-/* The paged KV cache: per layer, K and V of (n_blocks * block_size, Hkv, D)
- * in the backend's activation dtype. Block 0 is the reserved null block.
- * The model runner (model_runner.h) allocates it. */
+/* The paged KV cache: per rank and layer, K and V of (n_blocks *
+ * block_size, the rank's KV heads, D) in the backend's KV dtype. Every rank
+ * has the same blocks (one block table serves them all), each holding its
+ * own heads. Block 0 is the reserved null block. The model runner
+ * (model_runner.h) allocates it. */
 typedef struct {
     int64_t n_blocks;
     int64_t block_size;
     int64_t n_layers;
-    void **k;               /* (L) */
-    void **v;               /* (L) */
+    int n_ranks;
+    void **k;               /* (n_ranks * L): rank r's layer l at [r * L + l] */
+    void **v;
 } kv_cache_t;
 
 /* One step's inputs, already in backend memory (the model runner uploads the
@@ -79,23 +86,38 @@ typedef struct {
     sl_attn_meta_t meta;
 } llama_inputs_t;
 
-typedef struct {
+typedef struct llama_tp llama_tp_t;
+
+/* The model as its callers see it, and rank 0 of a tensor-parallel group:
+ * with several ranks, `tp` holds the others (each a llama_model_t of its own
+ * shard, scratch and comm rank) and their threads, and llama_forward runs
+ * them all. */
+typedef struct llama_model {
     model_config_t cfg;
     const sl_ops_t *ops;
-    llama_weights_t w;
+    llama_weights_t w;      /* this rank's shard */
     int32_t max_tokens, max_seqs;
+    tp_shard_t shard;
+    sl_comm_t *comm;        /* NULL with one rank */
+    llama_tp_t *tp;         /* rank 0 of several: the other ranks; NULL otherwise */
     /* Scratch activations sized for max_tokens (backend memory). */
     void *x, *h, *q, *k, *v, *attn, *gate, *up, *rows;
+    /* Several ranks: this rank's logits (max_seqs, vocab_per_rank), and on
+     * rank 0 every rank's, gathered (size, max_seqs, vocab_per_rank). */
+    float *logits_part, *logits_all;
 } llama_model_t;
 
 /* Loads config + weights and allocates scratch activations for steps of up
- * to `max_tokens` tokens and `max_seqs` sequences. */
+ * to `max_tokens` tokens and `max_seqs` sequences; with
+ * opts->tensor_parallel_size > 1, every rank's (CPU backend only). */
 int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err);
 void llama_free(llama_model_t *m);
 
-/* Bytes of KV cache one block takes over all layers (K and V). */
-size_t kv_cache_block_bytes(const model_config_t *cfg, int64_t block_size, sl_dtype_t dt);
+/* Bytes of KV cache one block takes over all layers (K and V) on one rank
+ * of m (its KV heads, in its KV dtype): what a rank's memory budget is
+ * divided by. */
+size_t llama_kv_block_bytes(const llama_model_t *m, int64_t block_size);
 
 /* Runs one step: writes the new tokens' K/V into kv and the fp32 logits of
  * the in->n_logits rows to `logits` (n_logits, V): host memory through

@@ -60,8 +60,10 @@ struct sl_ops {
      * CUDA: selects the device). May be NULL. */
     void (*thread_init)(void *ctx);
 
-    /* out(T, hidden) = table[ids[t]] */
-    void (*embed)(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T);
+    /* out(T, hidden) = table[ids[t] - vocab0], or zeros where ids[t] - vocab0
+     * is not a row of table (a vocabulary shard: tensor parallelism; vocab0 is
+     * 0 and every id a row with one rank) */
+    void (*embed)(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T, int64_t vocab0);
     /* out(T, n) = in * rsqrt(mean(in^2) + eps) * w; out may alias in */
     void (*rmsnorm)(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T,
                     float eps);

@@ -8,6 +8,7 @@
 #include "ops_cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "servelab/core.h"
 
@@ -17,19 +18,28 @@ typedef struct {
     sl_dtype_t dt;
     int64_t n;
     const int32_t *ids;
+    int64_t vocab0, n_rows;
 } embed_args_t;
 
 static void embed_rows(void *arg, int64_t t0, int64_t t1, int worker) {
     (void)worker;
     const embed_args_t *a = arg;
     size_t row_bytes = (size_t)a->n * dtype_size(a->dt);
-    for (int64_t t = t0; t < t1; t++)
-        dtype_to_f32(a->out + t * a->n, (const uint8_t *)a->table + (size_t)a->ids[t] * row_bytes, a->dt, a->n);
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t row = (int64_t)a->ids[t] - a->vocab0;
+        if (row < 0 || row >= a->n_rows) memset(a->out + t * a->n, 0, (size_t)a->n * sizeof(float));
+        else dtype_to_f32(a->out + t * a->n, (const uint8_t *)a->table + (size_t)row * row_bytes, a->dt, a->n);
+    }
 }
 
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
                int64_t T) {
-    embed_args_t a = {out, table, dt, n, ids};
+    cpu_embed_shard(out, table, dt, n, ids, T, 0, INT64_MAX);
+}
+
+void cpu_embed_shard(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids, int64_t T,
+                     int64_t vocab0, int64_t n_rows) {
+    embed_args_t a = {out, table, dt, n, ids, vocab0, n_rows};
     cpu_parallel_for(T * n, T, 0, embed_rows, &a);
 }
 

@@ -34,6 +34,10 @@ static inline void cpu_parallel_for(int64_t work, int64_t n, int max_threads, pa
 /* out(T, n) = table(V, n)[ids[t]] */
 void cpu_embed(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids,
                int64_t T);
+/* The same over a vocabulary shard: table holds rows [vocab0, vocab0 + n_rows)
+ * of the embedding, and a token outside them gets a row of zeros. */
+void cpu_embed_shard(float *out, const void *table, sl_dtype_t dt, int64_t n, const int32_t *ids, int64_t T,
+                     int64_t vocab0, int64_t n_rows);
 /* out(T, n) = in * rsqrt(mean(in^2) + eps) * w(n); out may alias in */
 void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int64_t T, int64_t n,
                  float eps);

@@ -35,9 +35,9 @@ static void cpu_copy(void *ctx, void *dst, const void *src, size_t n) {
 }
 
 static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids,
-                     int64_t T) {
+                     int64_t T, int64_t vocab0) {
     (void)ctx;
-    cpu_embed(out, table->data, table->dtype, table->cols, ids, T);
+    cpu_embed_shard(out, table->data, table->dtype, table->cols, ids, T, vocab0, table->rows);
 }
 static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T,
                        float eps) {

@@ -42,6 +42,11 @@ int main(int argc, char **argv) {
         printf("%s\n", SERVELAB_VERSION);
         return 0;
     }
+    /* vLLM's short alias (argparse accepts a multi-letter short option; getopt does not). */
+    for (int i = 2; i < argc; i++) {
+        static char tp_long[] = "--tensor-parallel-size";
+        if (!strcmp(argv[i], "-tp")) argv[i] = tp_long;
+    }
     if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "render")) return cli_render(argc - 1, argv + 1);

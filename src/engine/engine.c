@@ -62,7 +62,7 @@ engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, toke
     int32_t max_blocks = (sc->max_model_len + B - 1) / B;
     SL_ASSERT(model->max_tokens >= sc->max_num_batched_tokens && model->max_seqs >= sc->max_num_seqs);
 
-    size_t block_bytes = kv_cache_block_bytes(&model->cfg, B, model->ops->kv_dtype);
+    size_t block_bytes = llama_kv_block_bytes(model, B); /* per rank: each rank's budget */
     int64_t n_blocks = cfg->num_gpu_blocks_override > 0 ? cfg->num_gpu_blocks_override
                                                         : cfg->kv_cache_memory_bytes / (int64_t)block_bytes;
     if (n_blocks < 2) {

@@ -224,7 +224,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         .device = opts.device, .total_bytes = total, .free_at_start_bytes = free0,
         .gpu_memory_utilization = c->gpu_memory_utilization, .weights_bytes = (int64_t)m.w.n_bytes,
         .activation_peak_bytes = activation,
-        .block_bytes = (int64_t)kv_cache_block_bytes(&m.cfg, B, ops->kv_dtype), .block_size = B,
+        .block_bytes = (int64_t)llama_kv_block_bytes(&m, B), .block_size = B,
         .max_model_len = L, .num_gpu_blocks_override = c->num_gpu_blocks_override,
         .kv_cache_memory_bytes = c->kv_cache_memory_bytes,
     };

@@ -143,7 +143,7 @@ static void oom_fail(engine_t *e, sched_output_t *so, request_t *r, int64_t ask,
 static void oom(engine_t *e, sched_output_t *so, double now) {
     fault_params_t p;
     if (!faults_get(e->cfg.faults, FAULT_OOM, &p, NULL, NULL)) return;
-    int64_t block_bytes = (int64_t)kv_cache_block_bytes(&e->model.cfg, e->pool.block_size, e->model.ops->kv_dtype);
+    int64_t block_bytes = (int64_t)llama_kv_block_bytes(&e->model, e->pool.block_size);
     int64_t B = e->pool.block_size;
     for (int32_t s = 0; p.prompt_tokens > 0 && s < so->n;) {
         request_t *r = so->reqs[s];

@@ -121,34 +121,38 @@ int kv_cache_init(kv_cache_t *kv, const llama_model_t *m, int64_t n_blocks, int6
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_layers = c->n_layers;
-    kv->k = sl_calloc((size_t)c->n_layers, sizeof(void *));
-    kv->v = sl_calloc((size_t)c->n_layers, sizeof(void *));
-    size_t block_bytes = (size_t)block_size * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+    kv->n_ranks = m->shard.size;
+    size_t n_bufs = (size_t)kv->n_ranks * (size_t)c->n_layers;
+    kv->k = sl_calloc(n_bufs, sizeof(void *));
+    kv->v = sl_calloc(n_bufs, sizeof(void *));
+    /* Every rank holds the same number of KV heads (its own, or a replica). */
+    size_t block_bytes = (size_t)block_size * (size_t)m->shard.n_kv_heads * (size_t)c->head_dim *
                          dtype_size(m->ops->kv_dtype);
     size_t n_bytes = (size_t)n_blocks * block_bytes;
     /* The null block 0 is zero, so whatever reads it (a padding row of a CUDA
      * graph, a profiling forward) reads finite values. */
     void *zeros = sl_calloc(1, block_bytes);
-    for (int64_t l = 0; l < c->n_layers; l++) {
-        kv->k[l] = m->ops->alloc(m->ops->ctx, n_bytes);
-        kv->v[l] = m->ops->alloc(m->ops->ctx, n_bytes);
-        if (!kv->k[l] || !kv->v[l]) {
+    for (size_t i = 0; i < n_bufs; i++) {
+        kv->k[i] = m->ops->alloc(m->ops->ctx, n_bytes);
+        kv->v[i] = m->ops->alloc(m->ops->ctx, n_bytes);
+        if (!kv->k[i] || !kv->v[i]) {
             free(zeros);
             kv_cache_free(kv, m);
             return sl_fail(err, "out of %s memory for a KV cache of %lld blocks", m->ops->name,
                            (long long)n_blocks);
         }
-        m->ops->upload(m->ops->ctx, kv->k[l], zeros, block_bytes);
-        m->ops->upload(m->ops->ctx, kv->v[l], zeros, block_bytes);
+        m->ops->upload(m->ops->ctx, kv->k[i], zeros, block_bytes);
+        m->ops->upload(m->ops->ctx, kv->v[i], zeros, block_bytes);
     }
     free(zeros);
     return 0;
 }
 
 void kv_cache_free(kv_cache_t *kv, const llama_model_t *m) {
-    for (int64_t l = 0; l < kv->n_layers; l++) {
-        if (kv->k && kv->k[l]) m->ops->free(m->ops->ctx, kv->k[l]);
-        if (kv->v && kv->v[l]) m->ops->free(m->ops->ctx, kv->v[l]);
+    size_t n_bufs = (size_t)kv->n_ranks * (size_t)kv->n_layers;
+    for (size_t i = 0; i < n_bufs; i++) {
+        if (kv->k && kv->k[i]) m->ops->free(m->ops->ctx, kv->k[i]);
+        if (kv->v && kv->v[i]) m->ops->free(m->ops->ctx, kv->v[i]);
     }
     free(kv->k);
     free(kv->v);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "servelab/model.h"
+#include "servelab/parallel.h"
 
 static void *scratch(llama_model_t *m, size_t n_bytes, int *failed) {
     void *p = m->ops->alloc(m->ops->ctx, n_bytes);
@@ -26,24 +27,39 @@ static void *scratch(llama_model_t *m, size_t n_bytes, int *failed) {
     return p;
 }
 
-int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
-               const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err) {
+/* The other ranks of a tensor-parallel model, and the threads they run on. */
+struct llama_tp {
+    int size;
+    int process_threads;    /* the process pool's size before it was shared out */
+    llama_model_t *ranks;   /* (size) [0] unused: rank 0 is the caller's model */
+    tp_group_t *group;
+};
+
+static void free_rank(llama_model_t *m) {
+    if (!m->ops) return;
+    void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->attn, m->gate, m->up, m->rows};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) m->ops->free(m->ops->ctx, bufs[i]);
+    free(m->logits_part);
+    free(m->logits_all);
+    weights_free(&m->w, m->ops);
+    memset(m, 0, sizeof *m);
+}
+
+/* One rank's shard of the model: weights and scratch. */
+static int init_rank(llama_model_t *m, const char *model_dir, const model_config_t *cfg, const tp_shard_t *shard,
+                     const model_load_opts_t *opts, const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs,
+                     sl_err_t *err) {
     memset(m, 0, sizeof *m);
     m->ops = ops;
-    if (config_load(model_dir, &m->cfg, err) || config_load_generation(model_dir, &m->cfg, err))
-        return -1;
-    double t0 = sl_now_s();
-    if (weights_load(model_dir, &m->cfg, ops, opts, &m->w, err)) return -1;
-    double load_s = sl_now_s() - t0;
-    LOG_INFO("Loading weights took %.2f seconds", load_s);
-    LOG_INFO("Model loading took %.4f GiB and %.6f seconds", (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0),
-             load_s);
-
-    const model_config_t *c = &m->cfg;
+    m->cfg = *cfg;
+    m->shard = *shard;
+    if (weights_load(model_dir, cfg, shard, ops, opts, &m->w, err)) return -1;
+    const model_config_t *c = cfg;
     m->max_tokens = max_tokens;
     m->max_seqs = max_seqs;
     size_t a = dtype_size(ops->act_dtype), T = (size_t)max_tokens;
-    size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
+    size_t qd = (size_t)(shard->n_heads * c->head_dim), kvd = (size_t)(shard->n_kv_heads * c->head_dim);
     size_t width = (size_t)c->hidden_size > qd ? (size_t)c->hidden_size : qd;
     int failed = 0;
     m->x = scratch(m, T * (size_t)c->hidden_size * a, &failed);
@@ -52,50 +68,134 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
     m->k = scratch(m, T * kvd * a, &failed);
     m->v = scratch(m, T * kvd * a, &failed);
     m->attn = scratch(m, T * qd * a, &failed);
-    m->gate = scratch(m, T * (size_t)c->intermediate_size * a, &failed);
-    m->up = scratch(m, T * (size_t)c->intermediate_size * a, &failed);
+    m->gate = scratch(m, T * (size_t)shard->inter * a, &failed);
+    m->up = scratch(m, T * (size_t)(shard->inter > c->hidden_size ? shard->inter : c->hidden_size) * a, &failed);
     m->rows = scratch(m, (size_t)max_seqs * (size_t)c->hidden_size * a, &failed);
+    if (shard->size > 1) {
+        size_t part = (size_t)max_seqs * (size_t)shard->vocab_per_rank * sizeof(float);
+        m->logits_part = sl_malloc(part);
+        if (shard->rank == 0) m->logits_all = sl_malloc(part * (size_t)shard->size);
+    }
     if (failed) {
-        llama_free(m);
+        free_rank(m);
         return sl_fail(err, "out of %s memory for activations of %d tokens", ops->name, max_tokens);
     }
     return 0;
 }
 
+int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
+               const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err) {
+    memset(m, 0, sizeof *m);
+    model_config_t cfg;
+    if (config_load(model_dir, &cfg, err) || config_load_generation(model_dir, &cfg, err)) return -1;
+    int size = opts->tensor_parallel_size > 1 ? opts->tensor_parallel_size : 1;
+    tp_shard_t shard;
+    if (tp_shard_plan(&cfg, 0, size, &shard, err)) return -1;
+    if (size > 1 && !ops->host_memory)
+        return sl_fail(err, "tensor_parallel_size %d: tensor parallelism runs on the CPU backend only in this "
+                       "build. Hint: --device cpu, or --tensor-parallel-size 1", size);
+    double t0 = sl_now_s();
+    if (init_rank(m, model_dir, &cfg, &shard, opts, ops, max_tokens, max_seqs, err)) return -1;
+    if (size > 1) {
+        /* Ranks 1 .. size-1 load their shards here, on this thread; every
+         * rank then runs on a share of the CPU threads (rank 0 on the
+         * process pool, resized to its share). */
+        llama_tp_t *tp = m->tp = sl_calloc(1, sizeof *tp);
+        tp->size = size;
+        tp->ranks = sl_calloc((size_t)size, sizeof *tp->ranks);
+        for (int r = 1; r < size; r++) {
+            tp_shard_t sr;
+            SL_ASSERT(tp_shard_plan(&cfg, r, size, &sr, err) == 0);
+            if (init_rank(&tp->ranks[r], model_dir, &cfg, &sr, opts, ops, max_tokens, max_seqs, err)) {
+                llama_free(m);
+                return -1;
+            }
+        }
+        tp->process_threads = parallel_n_threads();
+        int threads = tp->process_threads / size;
+        if (threads < 1) threads = 1;
+        parallel_set_threads(threads);
+        tp->group = tp_group_new(size, threads);
+        m->comm = comm_local_new(size, (int64_t)max_tokens * cfg.hidden_size);
+        for (int r = 1; r < size; r++) tp->ranks[r].comm = m->comm;
+        LOG_INFO("Tensor parallelism: %d ranks, threads of this process, %d CPU threads each; all-reduce through "
+                 "shared memory (%s communicator); %lld query and %lld KV heads per rank%s", size, threads,
+                 m->comm->name, (long long)shard.n_heads, (long long)shard.n_kv_heads,
+                 shard.kv_head_replicas > 1 ? " (KV heads replicated)" : "");
+    }
+    double load_s = sl_now_s() - t0;
+    LOG_INFO("Loading weights took %.2f seconds", load_s);
+    LOG_INFO("Model loading took %.4f GiB and %.6f seconds", (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0),
+             load_s);
+    return 0;
+}
+
 void llama_free(llama_model_t *m) {
     if (!m->ops) return;
-    void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->attn, m->gate, m->up, m->rows};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) m->ops->free(m->ops->ctx, bufs[i]);
-    weights_free(&m->w, m->ops);
-    memset(m, 0, sizeof *m);
+    llama_tp_t *tp = m->tp;
+    if (tp) {
+        tp_group_free(tp->group);
+        for (int r = 1; r < tp->size; r++) free_rank(&tp->ranks[r]);
+        free(tp->ranks);
+        parallel_set_threads(tp->process_threads);
+        free(tp);
+    }
+    if (m->comm) m->comm->free(m->comm);
+    free_rank(m);
 }
 
-size_t kv_cache_block_bytes(const model_config_t *cfg, int64_t block_size, sl_dtype_t dt) {
-    return 2 * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim *
-           (size_t)block_size * dtype_size(dt);
+size_t llama_kv_block_bytes(const llama_model_t *m, int64_t block_size) {
+    return 2 * (size_t)m->cfg.n_layers * (size_t)m->shard.n_kv_heads * (size_t)m->cfg.head_dim *
+           (size_t)block_size * dtype_size(m->ops->kv_dtype);
 }
 
-void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
-                   bool logits_on_device) {
+/* A row-parallel output (o_proj, down_proj, the embedding's shard) summed over the ranks. */
+static void all_reduce(const llama_model_t *m, void *buf, int64_t n) {
+    if (m->comm) m->comm->all_reduce_sum(m->comm, m->shard.rank, buf, n, m->ops->act_dtype);
+}
+
+/* Each rank's logits over its vocabulary rows, gathered into rank 0's
+ * (S, V): every rank's share padded to vocab_per_rank for the gather. */
+static void sharded_logits(llama_model_t *m, float *logits, int32_t S) {
+    const tp_shard_t *s = &m->shard;
+    int64_t per = s->vocab_per_rank, V = m->cfg.vocab_size;
+    if (s->n_vocab > 0) m->ops->logits(m->ops->ctx, m->logits_part, m->rows, &m->w.lm_head, S);
+    m->comm->gather(m->comm, s->rank, m->logits_part, m->logits_all, (int64_t)S * per, DTYPE_F32);
+    if (s->rank != 0) return;
+    for (int r = 0; r < s->size; r++) {
+        int64_t v0 = r * per < V ? r * per : V, nv = V - v0 < per ? V - v0 : per;
+        const float *part = m->logits_all + (size_t)r * (size_t)S * (size_t)per;
+        for (int32_t i = 0; i < S; i++)
+            memcpy(logits + (size_t)i * (size_t)V + v0, part + (size_t)i * (size_t)nv, (size_t)nv * sizeof(float));
+    }
+}
+
+static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
+                         bool logits_on_device) {
     const sl_ops_t *o = m->ops;
     const model_config_t *c = &m->cfg;
+    const tp_shard_t *sh = &m->shard;
     void *ctx = o->ctx;
     const sl_attn_meta_t *meta = &in->meta;
-    int64_t T = meta->n_tokens, H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
-    int64_t hid = c->hidden_size, inter = c->intermediate_size;
+    int64_t T = meta->n_tokens, H = sh->n_heads, Hkv = sh->n_kv_heads, D = c->head_dim;
+    int64_t hid = c->hidden_size, inter = sh->inter;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)D);
+    void *const *kc = kv->k + (size_t)sh->rank * (size_t)kv->n_layers;
+    void *const *vc = kv->v + (size_t)sh->rank * (size_t)kv->n_layers;
 
     /* Fused ops (device backends) fold each sub-layer's residual add into the
      * norm that follows it, and rope into the KV write. The residual branch
      * then needs a (T, hidden) output apart from h: `up` (T, intermediate) is
      * free at both points (before the MLP writes it, after silu_mul read it).
      * Without fused ops (CPU: the reference) y is h and the sequence is the
-     * plain one: linear into h, add, rmsnorm. */
+     * plain one: linear into h, add, rmsnorm. With several ranks, o_proj's
+     * and down_proj's outputs are each rank's partial sums: all-reduced
+     * before the residual add. */
     bool fuse_norm = o->add_rmsnorm != NULL && inter >= hid;
     void *y = fuse_norm ? m->up : m->h;
 
-    o->embed(ctx, m->x, &m->w.embed, in->token_ids, T);
+    o->embed(ctx, m->x, &m->w.embed, in->token_ids, T, sh->vocab0);
+    all_reduce(m, m->x, T * hid);
     for (int64_t l = 0; l < c->n_layers; l++) {
         const llama_layer_t *ly = &m->w.layers[l];
         if (l == 0 || !fuse_norm) o->rmsnorm(ctx, m->h, m->x, &ly->input_norm, T, eps);
@@ -103,17 +203,16 @@ void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t 
         o->linear(ctx, m->k, m->h, &ly->k, T);
         o->linear(ctx, m->v, m->h, &ly->v, T);
         if (o->rope_kv_write) {
-            o->rope_kv_write(ctx, m->q, m->k, m->v, kv->k[l], kv->v[l], meta->positions,
-                             in->slot_mapping, T, H, Hkv, D, (float)c->rope_theta,
-                             (float)c->rope_scaling_factor);
+            o->rope_kv_write(ctx, m->q, m->k, m->v, kc[l], vc[l], meta->positions, in->slot_mapping, T, H, Hkv, D,
+                             (float)c->rope_theta, (float)c->rope_scaling_factor);
         } else {
             o->rope(ctx, m->q, m->k, meta->positions, T, H, Hkv, D, (float)c->rope_theta,
                     (float)c->rope_scaling_factor);
-            o->kv_write(ctx, kv->k[l], kv->v[l], m->k, m->v, in->slot_mapping, T, Hkv, D);
+            o->kv_write(ctx, kc[l], vc[l], m->k, m->v, in->slot_mapping, T, Hkv, D);
         }
-        o->attention(ctx, m->attn, m->q, kv->k[l], kv->v[l], meta, H, Hkv, D, kv->block_size,
-                     scale);
+        o->attention(ctx, m->attn, m->q, kc[l], vc[l], meta, H, Hkv, D, kv->block_size, scale);
         o->linear(ctx, y, m->attn, &ly->o, T);
+        all_reduce(m, y, T * hid);
         if (fuse_norm) {
             o->add_rmsnorm(ctx, m->x, m->h, y, &ly->post_norm, T, eps);
         } else {
@@ -124,6 +223,7 @@ void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t 
         o->linear(ctx, m->up, m->h, &ly->up, T);
         o->silu_mul(ctx, m->gate, m->gate, m->up, T * inter);
         o->linear(ctx, y, m->gate, &ly->down, T);
+        all_reduce(m, y, T * hid);
         /* The next layer's input norm, fused with this residual add. */
         if (fuse_norm && l + 1 < c->n_layers)
             o->add_rmsnorm(ctx, m->x, m->h, y, &m->w.layers[l + 1].input_norm, T, eps);
@@ -134,9 +234,34 @@ void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t 
     if (n_logits == 0) return;
     o->gather_rows(ctx, m->rows, m->x, in->logits_index, n_logits, hid);
     o->rmsnorm(ctx, m->rows, m->rows, &m->w.norm, n_logits, eps);
-    if (logits_on_device)
+    if (m->comm)
+        sharded_logits(m, logits, n_logits);
+    else if (logits_on_device)
         o->logits_device(ctx, logits, m->rows, &m->w.lm_head, n_logits);
     else
         o->logits(ctx, logits, m->rows, &m->w.lm_head, n_logits);
 }
 
+typedef struct {
+    llama_model_t *m;
+    const llama_inputs_t *in;
+    const kv_cache_t *kv;
+    float *logits;
+} tp_step_t;
+
+static void tp_step_rank(void *arg, int rank) {
+    const tp_step_t *s = arg;
+    llama_model_t *m = rank == 0 ? s->m : &s->m->tp->ranks[rank];
+    forward_rank(m, s->in, s->kv, rank == 0 ? s->logits : NULL, false);
+}
+
+void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
+                   bool logits_on_device) {
+    if (!m->tp) {
+        forward_rank(m, in, kv, logits, logits_on_device);
+        return;
+    }
+    SL_ASSERT(!logits_on_device && kv->n_ranks == m->tp->size);
+    tp_step_t s = {m, in, kv, logits};
+    tp_run(m->tp->group, tp_step_rank, &s);
+}

@@ -141,61 +141,88 @@ static sl_dtype_t target_dtype(const loader_t *L, sl_dtype_t stored) {
     return L->opts->dtype_auto ? stored : L->opts->dtype;
 }
 
-/* Loads one weight of shape (rows, cols), or (cols) when rows == 0. */
+/* The part of a (rows, cols) tensor one rank holds: rows [r0, r0 + nr) of
+ * columns [c0, c0 + nc). */
+typedef struct {
+    int64_t r0, nr, c0, nc;
+} part_t;
+
+/* Copies `part` of the (rows, cols) tensor src (dtype from) to dst in dtype
+ * to, row by row. */
+static void copy_part(void *dst, sl_dtype_t to, const void *src, sl_dtype_t from, int64_t cols, const part_t *part) {
+    size_t fs = dtype_size(from), ts = dtype_size(to);
+    float *tmp = from == to ? NULL : sl_malloc((size_t)part->nc * sizeof(float));
+    for (int64_t r = 0; r < part->nr; r++) {
+        const uint8_t *in = (const uint8_t *)src + ((size_t)(part->r0 + r) * (size_t)cols + (size_t)part->c0) * fs;
+        uint8_t *out = (uint8_t *)dst + (size_t)r * (size_t)part->nc * ts;
+        if (!tmp) {
+            memcpy(out, in, (size_t)part->nc * fs);
+        } else {
+            dtype_to_f32(tmp, in, from, part->nc);
+            dtype_from_f32(out, tmp, to, part->nc);
+        }
+    }
+    free(tmp);
+}
+
+/* Loads `part` (NULL: all) of one weight of shape (rows, cols), or (cols)
+ * when rows == 0. The whole tensor is checked (and, for dummy weights,
+ * generated) so that every rank's part is cut from the same values. */
 static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float dummy_std,
-                float dummy_offset, sl_weight_t *out, sl_err_t *err) {
+                float dummy_offset, const part_t *part, sl_weight_t *out, sl_err_t *err) {
     int64_t shape[2] = {rows, cols};
     int n_dims = rows ? 2 : 1;
     const int64_t *sh = rows ? shape : shape + 1;
-    out->rows = rows ? rows : 1;
-    out->cols = cols;
-    int64_t n = out->rows * cols;
+    int64_t R = rows ? rows : 1;
+    part_t whole = {0, R, 0, cols};
+    if (!part) part = &whole;
+    out->rows = part->nr;
+    out->cols = part->nc;
+    int64_t n = part->nr * part->nc;
+    bool is_whole = part->nr == R && part->nc == cols;
 
+    const void *src;
+    sl_dtype_t src_dt;
+    void *dummy = NULL;
+    bool aligned = true;
     if (L->opts->load_format == LOAD_FORMAT_DUMMY) {
-        sl_dtype_t dt = target_dtype(L, L->cfg->torch_dtype);
-        size_t n_bytes = (size_t)n * dtype_size(dt);
-        void *host = sl_malloc(n_bytes);
-        fill_dummy(host, dt, n, L->opts->seed, L->dummy_index++, dummy_std, dummy_offset);
-        out->dtype = dt;
-        if (!(out->data = to_backend(L, host, n_bytes, err))) return -1;
-        L->w->n_bytes += n_bytes;
-        progress_step(&L->progress, 1);
-        return 0;
+        src_dt = target_dtype(L, L->cfg->torch_dtype);
+        dummy = sl_malloc((size_t)(R * cols) * dtype_size(src_dt));
+        fill_dummy(dummy, src_dt, R * cols, L->opts->seed, L->dummy_index++, dummy_std, dummy_offset);
+        src = dummy;
+    } else {
+        const st_tensor_t *t = st_expect(&L->w->archive, name, n_dims, sh, err);
+        if (!t) return -1;
+        if (t->dtype != DTYPE_F32 && t->dtype != DTYPE_F16 && t->dtype != DTYPE_BF16)
+            return sl_fail(err, "%s: tensor %s: dtype %s is not a floating-point weight",
+                           L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype));
+        L->n_used++;
+        src = t->data;
+        src_dt = t->dtype;
+        /* safetensors only promises the data section starts after the header: a
+         * tensor that is not aligned to its element size is copied, not aliased. */
+        aligned = (uintptr_t)t->data % dtype_size(t->dtype) == 0;
     }
-
-    const st_tensor_t *t = st_expect(&L->w->archive, name, n_dims, sh, err);
-    if (!t) return -1;
-    if (t->dtype != DTYPE_F32 && t->dtype != DTYPE_F16 && t->dtype != DTYPE_BF16)
-        return sl_fail(err, "%s: tensor %s: dtype %s is not a floating-point weight",
-                       L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype));
-    L->n_used++;
-    sl_dtype_t dt = target_dtype(L, t->dtype);
+    sl_dtype_t dt = target_dtype(L, src_dt);
     out->dtype = dt;
     size_t n_bytes = (size_t)n * dtype_size(dt);
     L->w->n_bytes += n_bytes;
-    /* safetensors only promises the data section starts after the header: a
-     * tensor that is not aligned to its element size is copied, not aliased. */
-    bool aligned = (uintptr_t)t->data % dtype_size(t->dtype) == 0;
-    if (L->ops->host_memory && dt == t->dtype && aligned) {
-        /* In place: fault the pages in now rather than during the first request. */
-        madvise((void *)((uintptr_t)t->data & ~(uintptr_t)4095), t->n_bytes + 4096, MADV_WILLNEED);
+
+    if (dummy && is_whole) {
+        if (!(out->data = to_backend(L, dummy, n_bytes, err))) return -1;
+    } else if (!dummy && L->ops->host_memory && dt == src_dt && aligned && part->nc == cols) {
+        /* In place (a block of whole rows is contiguous): fault the pages in
+         * now rather than during the first request. */
+        const uint8_t *p = (const uint8_t *)src + (size_t)(part->r0 * cols) * dtype_size(dt);
+        madvise((void *)((uintptr_t)p & ~(uintptr_t)4095), n_bytes + 4096, MADV_WILLNEED);
         volatile uint8_t sink = 0;
-        for (size_t off = 0; off < t->n_bytes; off += 4096) sink ^= ((const uint8_t *)t->data)[off];
+        for (size_t off = 0; off < n_bytes; off += 4096) sink ^= p[off];
         (void)sink;
-        out->data = t->data;
+        out->data = p;
     } else {
-        void *host = sl_malloc(n_bytes);
-        if (dt == t->dtype) {
-            memcpy(host, t->data, n_bytes);
-        } else {
-            float *tmp = sl_malloc((size_t)cols * sizeof(float));
-            for (int64_t r = 0; r < out->rows; r++) {
-                dtype_to_f32(tmp, (const uint8_t *)t->data + (size_t)(r * cols) * dtype_size(t->dtype),
-                           t->dtype, cols);
-                dtype_from_f32((uint8_t *)host + (size_t)(r * cols) * dtype_size(dt), tmp, dt, cols);
-            }
-            free(tmp);
-        }
+        void *host = sl_malloc(n_bytes ? n_bytes : 1);
+        copy_part(host, dt, src, src_dt, cols, part);
+        free(dummy);
         if (!(out->data = to_backend(L, host, n_bytes, err))) return -1;
     }
     progress_step(&L->progress, 1);
@@ -267,12 +294,12 @@ static int pack_linears(loader_t *L, sl_err_t *err) {
     return 0;
 }
 
-int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_t *ops,
+int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shard_t *shard, const sl_ops_t *ops,
                  const model_load_opts_t *opts, llama_weights_t *w, sl_err_t *err) {
     memset(w, 0, sizeof *w);
     loader_t L = {.model_dir = model_dir, .cfg = cfg, .ops = ops, .opts = opts, .w = w};
-    int64_t hid = cfg->hidden_size, inter = cfg->intermediate_size, V = cfg->vocab_size;
-    int64_t qd = cfg->n_heads * cfg->head_dim, kvd = cfg->n_kv_heads * cfg->head_dim;
+    int64_t hid = cfg->hidden_size, inter = cfg->intermediate_size, V = cfg->vocab_size, D = cfg->head_dim;
+    int64_t qd = cfg->n_heads * D, kvd = cfg->n_kv_heads * D;
     int64_t n_tensors = 2 + 9 * cfg->n_layers + (cfg->tie_word_embeddings ? 0 : 1);
     L.progress = (progress_t){.t0 = sl_now_s(), .total = n_tensors, .enabled = opts->progress};
 
@@ -280,34 +307,42 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const sl_ops_
         return -1;
     w->layers = sl_calloc((size_t)cfg->n_layers, sizeof *w->layers);
 
+    /* The rank's parts (tp.h): heads and MLP features as whole rows of the
+     * column-parallel weights and as columns of the row-parallel ones. */
+    const tp_shard_t *s = shard;
+    part_t q_rows = {s->q_head0 * D, s->n_heads * D, 0, hid}, kv_rows = {s->kv_head0 * D, s->n_kv_heads * D, 0, hid};
+    part_t o_cols = {0, hid, s->q_head0 * D, s->n_heads * D};
+    part_t mlp_rows = {s->inter0, s->inter, 0, hid}, down_cols = {0, hid, s->inter0, s->inter};
+    part_t vocab_rows = {s->vocab0, s->n_vocab, 0, hid};
+
     float s_hid = 1.0f / sqrtf((float)hid), s_q = 1.0f / sqrtf((float)qd);
     float s_inter = 1.0f / sqrtf((float)inter);
     char name[256];
-    if (load(&L, "model.embed_tokens.weight", V, hid, 1.0f, 0.0f, &w->embed, err)) goto fail;
+    if (load(&L, "model.embed_tokens.weight", V, hid, 1.0f, 0.0f, &vocab_rows, &w->embed, err)) goto fail;
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         llama_layer_t *ly = &w->layers[i];
-        struct { const char *suffix; int64_t rows, cols; float std, off; sl_weight_t *dst; } specs[] = {
-            {"input_layernorm.weight", 0, hid, 0.05f, 1.0f, &ly->input_norm},
-            {"self_attn.q_proj.weight", qd, hid, s_hid, 0.0f, &ly->q},
-            {"self_attn.k_proj.weight", kvd, hid, s_hid, 0.0f, &ly->k},
-            {"self_attn.v_proj.weight", kvd, hid, s_hid, 0.0f, &ly->v},
-            {"self_attn.o_proj.weight", hid, qd, s_q, 0.0f, &ly->o},
-            {"post_attention_layernorm.weight", 0, hid, 0.05f, 1.0f, &ly->post_norm},
-            {"mlp.gate_proj.weight", inter, hid, s_hid, 0.0f, &ly->gate},
-            {"mlp.up_proj.weight", inter, hid, s_hid, 0.0f, &ly->up},
-            {"mlp.down_proj.weight", hid, inter, s_inter, 0.0f, &ly->down},
+        struct { const char *suffix; int64_t rows, cols; float std, off; const part_t *part; sl_weight_t *dst; } specs[] = {
+            {"input_layernorm.weight", 0, hid, 0.05f, 1.0f, NULL, &ly->input_norm},
+            {"self_attn.q_proj.weight", qd, hid, s_hid, 0.0f, &q_rows, &ly->q},
+            {"self_attn.k_proj.weight", kvd, hid, s_hid, 0.0f, &kv_rows, &ly->k},
+            {"self_attn.v_proj.weight", kvd, hid, s_hid, 0.0f, &kv_rows, &ly->v},
+            {"self_attn.o_proj.weight", hid, qd, s_q, 0.0f, &o_cols, &ly->o},
+            {"post_attention_layernorm.weight", 0, hid, 0.05f, 1.0f, NULL, &ly->post_norm},
+            {"mlp.gate_proj.weight", inter, hid, s_hid, 0.0f, &mlp_rows, &ly->gate},
+            {"mlp.up_proj.weight", inter, hid, s_hid, 0.0f, &mlp_rows, &ly->up},
+            {"mlp.down_proj.weight", hid, inter, s_inter, 0.0f, &down_cols, &ly->down},
         };
         for (size_t j = 0; j < sizeof specs / sizeof specs[0]; j++) {
             snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)i, specs[j].suffix);
-            if (load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off,
+            if (load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off, specs[j].part,
                      specs[j].dst, err))
                 goto fail;
         }
     }
-    if (load(&L, "model.norm.weight", 0, hid, 0.05f, 1.0f, &w->norm, err)) goto fail;
+    if (load(&L, "model.norm.weight", 0, hid, 0.05f, 1.0f, NULL, &w->norm, err)) goto fail;
     if (cfg->tie_word_embeddings) {
         w->lm_head = w->embed;
-    } else if (load(&L, "lm_head.weight", V, hid, 4.0f * s_hid, 0.0f, &w->lm_head, err)) {
+    } else if (load(&L, "lm_head.weight", V, hid, 4.0f * s_hid, 0.0f, &vocab_rows, &w->lm_head, err)) {
         goto fail;
     }
     if (pack_linears(&L, err)) goto fail;

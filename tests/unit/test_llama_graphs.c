@@ -56,7 +56,7 @@ static void put(rec_t r) {
 
 static void run(void *ctx, const rec_t *r) {
     switch (r->kind) {
-    case R_EMBED: cpu->embed(ctx, r->p[0], r->w, r->p[1], r->i[0]); break;
+    case R_EMBED: cpu->embed(ctx, r->p[0], r->w, r->p[1], r->i[0], r->i[1]); break;
     case R_RMSNORM: cpu->rmsnorm(ctx, r->p[0], r->p[1], r->w, r->i[0], r->f[0]); break;
     case R_LINEAR: cpu->linear(ctx, r->p[0], r->p[1], r->w, r->i[0]); break;
     case R_ROPE: cpu->rope(ctx, r->p[0], r->p[1], r->p[2], r->i[0], r->i[1], r->i[2], r->i[3], r->f[0], r->f[1]); break;
@@ -79,8 +79,8 @@ static void op(void *ctx, rec_t r) {
     else run(ctx, &r);
 }
 
-static void r_embed(void *ctx, void *out, const sl_weight_t *t, const int32_t *ids, int64_t T) {
-    op(ctx, (rec_t){.kind = R_EMBED, .p = {out, (void *)ids}, .w = t, .i = {T}});
+static void r_embed(void *ctx, void *out, const sl_weight_t *t, const int32_t *ids, int64_t T, int64_t vocab0) {
+    op(ctx, (rec_t){.kind = R_EMBED, .p = {out, (void *)ids}, .w = t, .i = {T, vocab0}});
 }
 static void r_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T, float eps) {
     op(ctx, (rec_t){.kind = R_RMSNORM, .p = {out, (void *)in}, .w = w, .i = {T}, .f = {eps}});

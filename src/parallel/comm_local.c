@@ -1,0 +1,158 @@
+/* comm_local.c - the local communicator (see comm.h): tensor-parallel ranks as threads of one
+ * process, collectives through shared host memory.
+ *
+ * All-reduce is a reduce-scatter and an all-gather over shared memory, as
+ * vLLM's CPU backend does it (its shared-memory all-reduce) but with threads:
+ * each rank publishes its buffer; after a barrier, rank r sums the r-th slice
+ * of every rank's buffer, in rank order, into one shared result; after a
+ * second barrier each rank copies the result into its own buffer. Every rank
+ * then holds the same bits, and which thread sums a slice never changes the
+ * order of the additions. The next collective's first barrier is what keeps
+ * a rank from reusing the result (or its buffer) before the others are done
+ * with it: no third barrier.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "servelab/comm.h"
+#include "servelab/core.h"
+
+/* ---- the barrier --------------------------------------------------------------- */
+
+/* How long a waiting rank spins before it sleeps: its peers run the same ops
+ * on shards of the same size, so they usually arrive within microseconds;
+ * beyond that the machine is oversubscribed and spinning takes a core from
+ * the rank being waited for. */
+#define BARRIER_SPIN_S 20e-6
+
+struct sl_barrier {
+    int n;
+    _Alignas(64) atomic_int count;
+    _Alignas(64) atomic_uint gen;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+sl_barrier_t *barrier_new(int n) {
+    sl_barrier_t *b = sl_calloc(1, sizeof *b);
+    b->n = n;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    return b;
+}
+
+void barrier_free(sl_barrier_t *b) {
+    if (!b) return;
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    free(b);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void barrier_wait(sl_barrier_t *b) {
+    unsigned g = atomic_load(&b->gen);
+    if (atomic_fetch_add(&b->count, 1) == b->n - 1) {
+        /* The last to arrive: reset the count before releasing anyone, so
+         * a rank that runs ahead into the next round counts in that one. */
+        atomic_store(&b->count, 0);
+        pthread_mutex_lock(&b->mu);
+        atomic_fetch_add(&b->gen, 1);
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        return;
+    }
+    double deadline = 0.0;
+    for (unsigned i = 1; atomic_load_explicit(&b->gen, memory_order_acquire) == g; i++) {
+        if (i % 64 == 0) {
+            double now = sl_now_s();
+            if (deadline == 0.0) deadline = now + BARRIER_SPIN_S;
+            else if (now > deadline) break;
+        }
+        cpu_relax();
+    }
+    pthread_mutex_lock(&b->mu);
+    while (atomic_load(&b->gen) == g) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- the communicator ------------------------------------------------------------ */
+
+typedef struct {
+    int64_t max_elems;
+    sl_barrier_t *bar;
+    void **bufs;        /* (size) each rank's buffer of the collective under way */
+    float *sum;         /* (max_elems) the all-reduce's result */
+    void *recv;         /* rank 0's gather destination */
+} local_t;
+
+static void local_all_reduce(sl_comm_t *c, int rank, void *buf, int64_t n, sl_dtype_t dt) {
+    local_t *L = c->impl;
+    SL_ASSERT(dt == DTYPE_F32 && n <= L->max_elems);
+    double t0 = sl_now_s();
+    L->bufs[rank] = buf;
+    barrier_wait(L->bar);
+    int64_t i0 = n * rank / c->size, i1 = n * (rank + 1) / c->size;
+    const float *b0 = L->bufs[0];
+    for (int64_t i = i0; i < i1; i++) L->sum[i] = b0[i];
+    for (int r = 1; r < c->size; r++) {
+        const float *br = L->bufs[r];
+        for (int64_t i = i0; i < i1; i++) L->sum[i] += br[i];
+    }
+    barrier_wait(L->bar);
+    memcpy(buf, L->sum, (size_t)n * sizeof(float));
+    c->reduce_s[rank] += sl_now_s() - t0;
+}
+
+static void local_gather(sl_comm_t *c, int rank, const void *send, void *recv, int64_t n, sl_dtype_t dt) {
+    local_t *L = c->impl;
+    if (rank == 0) L->recv = recv;
+    barrier_wait(L->bar);
+    size_t bytes = (size_t)n * dtype_size(dt);
+    memcpy((uint8_t *)L->recv + (size_t)rank * bytes, send, bytes);
+    barrier_wait(L->bar);
+}
+
+static void local_barrier(sl_comm_t *c, int rank) {
+    (void)rank;
+    barrier_wait(((local_t *)c->impl)->bar);
+}
+
+static void local_free(sl_comm_t *c) {
+    if (!c) return;
+    local_t *L = c->impl;
+    barrier_free(L->bar);
+    free(L->bufs);
+    free(L->sum);
+    free(L);
+    free(c->reduce_s);
+    free(c);
+}
+
+sl_comm_t *comm_local_new(int size, int64_t max_elems) {
+    local_t *L = sl_calloc(1, sizeof *L);
+    L->max_elems = max_elems;
+    L->bar = barrier_new(size);
+    L->bufs = sl_calloc((size_t)size, sizeof *L->bufs);
+    L->sum = sl_malloc((size_t)(max_elems > 0 ? max_elems : 1) * sizeof(float));
+    sl_comm_t *c = sl_calloc(1, sizeof *c);
+    *c = (sl_comm_t){.name = "local", .size = size, .impl = L, .all_reduce_sum = local_all_reduce,
+                     .gather = local_gather, .barrier = local_barrier, .free = local_free,
+                     .reduce_s = sl_calloc((size_t)size, sizeof(double))};
+    return c;
+}
+
+double comm_take_reduce_s(sl_comm_t *c) {
+    double s = c->reduce_s[0];
+    c->reduce_s[0] = 0.0;
+    return s;
+}
