@@ -48,7 +48,8 @@ static bool on_cuda;
 
 /* SERVELAB_TEST_DEVICE=cuda runs every test on the CUDA backend in float32,
  * with CUDA graphs unless SERVELAB_TEST_EAGER=1: the same engine_create as
- * `servelab serve --device cuda --dtype float32`. */
+ * `servelab serve --device cuda --dtype float32`. SERVELAB_TEST_TP=N splits
+ * the model over N tensor-parallel ranks (`-tp N`). */
 static void rig_init(rig_t *g, const run_cfg_t *rc) {
     const char *dev = getenv("SERVELAB_TEST_DEVICE"), *eager = getenv("SERVELAB_TEST_EAGER");
     on_cuda = dev && !strcmp(dev, "cuda");
@@ -58,6 +59,8 @@ static void rig_init(rig_t *g, const run_cfg_t *rc) {
     c.load.progress = false;
     c.device = on_cuda ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     c.threads = 0;
+    const char *tp = getenv("SERVELAB_TEST_TP");
+    c.load.tensor_parallel_size = tp ? atoi(tp) : 1;
     c.max_model_len = 512;
     c.kv_cache_memory_bytes = 64 << 20;
     c.enable_prefix_caching = !rc->no_prefix;
