@@ -35,6 +35,10 @@ struct sl_comm {
     /* Seconds spent in all_reduce_sum per rank since the last read (the step
      * timing's all-reduce share): comm_take_reduce_s. */
     double *reduce_s;   /* (size) */
+    /* The lab's allreduce_delay: each all-reduce lasts delay_s, plus its
+     * bytes at delay_gbps (0: none), longer on every rank. Written by rank 0
+     * between steps only (the ranks' start barrier publishes it). */
+    double delay_s, delay_gbps;
 };
 
 /* The local communicator of `size` threads over host memory: fp32 buffers of

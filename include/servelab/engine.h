@@ -173,6 +173,9 @@ typedef struct {
     double prefix_hit_rate;         /* hits / queries over the last 1000 admitted requests (vLLM's log) */
     int64_t n_steps, n_prompt_tokens_total, n_generation_tokens_total;
     int32_t n_blocks;
+    /* The step timing: seconds in the model runner (forward and sampling),
+     * and of those, in tensor-parallel all-reduces (rank 0's; 0 at -tp 1). */
+    double forward_s_total, allreduce_s_total;
 } engine_stats_t;
 void engine_get_stats(engine_t *e, engine_stats_t *out);
 

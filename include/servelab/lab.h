@@ -34,6 +34,7 @@ typedef enum {
     FAULT_SUPPRESS_EOS,    /* engine: EOS and stop tokens never end */
     FAULT_LOGIT_NOISE,     /* engine: noise on the logits */
     FAULT_HTTP_ERROR,      /* server: requests fail with error bodies */
+    FAULT_ALLREDUCE_DELAY, /* model: each tensor-parallel all-reduce slowed */
     FAULT_COUNT
 } fault_id_t;
 #define FAULT_BIT(id) (1u << (id))
@@ -65,6 +66,8 @@ typedef struct {
     int64_t rate;          /* http_error: percent of requests failed */
     uint32_t types;        /* http_error: FAULT_BIT of each fault_http_type_t drawn from */
     int64_t count;         /* http_error: fail exactly the next count requests, then clear (0: no limit) */
+    double allreduce_ms;   /* allreduce_delay: extra milliseconds per all-reduce */
+    double gbps;           /* allreduce_delay: the bytes each rank reduces move at this many GB/s */
 } fault_params_t;
 
 typedef struct {

@@ -114,6 +114,15 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err);
 void llama_free(llama_model_t *m);
 
+/* The lab's allreduce_delay (comm.h): every all-reduce of the next steps
+ * lasts ms longer, plus its bytes at gbps (0: none). False when m has one
+ * rank (no all-reduce to slow). Between steps only. */
+bool llama_set_allreduce_delay(llama_model_t *m, double ms, double gbps);
+/* All-reduces per step: 2 per layer and the embedding's (0 with one rank). */
+int64_t llama_allreduces_per_step(const llama_model_t *m);
+/* Seconds rank 0 spent in all-reduces since the last call (0 with one rank). */
+double llama_take_allreduce_s(llama_model_t *m);
+
 /* Bytes of KV cache one block takes over all layers (K and V) on one rank
  * of m (its KV heads, in its KV dtype): what a rank's memory budget is
  * divided by. */

@@ -42,6 +42,7 @@ typedef struct {
     int32_t n_running, n_waiting;
     double kv_usage, prefix_hit_rate;
     int64_t d_prompt_tokens, d_generation_tokens, d_preemptions, d_queries, d_hits;
+    double d_allreduce_s;
 } em_step_t;
 struct metrics;
 engine_metrics_t *em_new(struct metrics *reg, const char *model_name, const struct engine *e);
@@ -57,6 +58,7 @@ typedef struct {
     uint64_t stall_epoch;           /* engine_stall's setting last seen (one injection each) */
     uint64_t cold_epoch;            /* cold_start's setting whose steps are counted */
     int64_t cold_left;              /* its slowed steps still to run */
+    bool allreduce_delay_on;        /* allreduce_delay is set on the model's communicator */
     int32_t *leaked;                /* kv_leak: blocks held, one reference each */
     int32_t n_leaked, cap_leaked;
 } engine_lab_t;
@@ -95,6 +97,7 @@ struct engine {
     kv_prefix_stats_t seen_prefix;
     uint32_t step_faults;           /* the lab's mask as this step loaded it */
     engine_lab_t lab;
+    double step_forward_s, step_allreduce_s; /* this step's runner time and its all-reduce part */
 };
 
 /* engine.c: builds the engine around a model and tokenizer that engine_boot.c
@@ -117,6 +120,9 @@ void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
 /* Start of a step: returns kv_leak's blocks once it is cleared; engine_stall.
  * True when the engine is stalled: the step does nothing more. */
 bool lab_begin_step(engine_t *e, uint32_t faults);
+/* Before the forward: allreduce_delay onto the model's communicator (set,
+ * changed or cleared). Called when its bit is set or it is still on. */
+void lab_allreduce_delay(engine_t *e, uint32_t faults);
 /* After scheduling, before the forward: oom fails its requests (they leave
  * so), cold_start sleeps. */
 void lab_before_forward(engine_t *e, uint32_t faults, sched_output_t *so, double now);

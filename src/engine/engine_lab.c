@@ -93,6 +93,21 @@ static bool stalled(engine_t *e) {
     return true;
 }
 
+/* allreduce_delay acts inside the model's communicator (comm.h): every
+ * all-reduce of the step really lasts longer, on every rank, so step time,
+ * ITL and servelab:tp_allreduce_seconds_total move because the collectives
+ * took longer. Injections count all-reduces. At -tp 1 there is none to slow. */
+void lab_allreduce_delay(engine_t *e, uint32_t faults) {
+    fault_params_t p = {0};
+    bool on = (faults & FAULT_BIT(FAULT_ALLREDUCE_DELAY)) &&
+              faults_get(e->cfg.faults, FAULT_ALLREDUCE_DELAY, &p, NULL, NULL);
+    if (!on) p.allreduce_ms = p.gbps = 0.0;
+    bool has_ranks = llama_set_allreduce_delay(&e->model, p.allreduce_ms, p.gbps);
+    e->lab.allreduce_delay_on = on && has_ranks;
+    if (e->lab.allreduce_delay_on)
+        faults_count(e->cfg.faults, FAULT_ALLREDUCE_DELAY, llama_allreduces_per_step(&e->model));
+}
+
 bool lab_begin_step(engine_t *e, uint32_t faults) {
     if (e->lab.n_leaked > 0 && !(faults & FAULT_BIT(FAULT_KV_LEAK))) return_leaks(e);
     return (faults & FAULT_BIT(FAULT_ENGINE_STALL)) && stalled(e);

@@ -66,7 +66,7 @@ struct engine_metrics {
         *success[N_REASONS], *h_prompt_tokens, *h_generation_tokens, *h_iteration_tokens,
         *h_max_generation_tokens, *h_n, *h_max_tokens, *h_ttft, *h_tpot, *h_itl, *h_request_tpot, *h_e2e,
         *h_queue, *h_inference, *h_prefill, *h_decode, *cache_config_info, *prefix_hit_rate, *swapped,
-        *cpu_cache_usage, *preemption_count;
+        *cpu_cache_usage, *preemption_count, *allreduce_seconds;
     /* This step's observations (engine thread only). */
     double *ttft, *itl;
     int32_t n_ttft, n_itl, cap_ttft, cap_itl;
@@ -205,6 +205,9 @@ engine_metrics_t *em_new(metrics_t *reg, const char *model_name, const engine_t 
                                 "Always 0: there is no CPU swap space. Not a vLLM V1 series.");
     em->preemption_count = COUNTER("vllm:preemption_count",
                                    "Same count as vllm:num_preemptions_total. Not a vLLM series.");
+    em->allreduce_seconds = COUNTER("servelab:tp_allreduce_seconds",
+                                    "Seconds the engine's steps spent in tensor-parallel all-reduces (rank 0; "
+                                    "0 at --tensor-parallel-size 1).");
     return em;
 }
 
@@ -285,6 +288,7 @@ void em_flush(engine_metrics_t *em, const em_step_t *s) {
     metric_inc_locked(em->gpu_prefix_hits, (double)s->d_hits);
     metric_inc_locked(em->preemptions, (double)s->d_preemptions);
     metric_inc_locked(em->preemption_count, (double)s->d_preemptions);
+    metric_inc_locked(em->allreduce_seconds, s->d_allreduce_s);
     metric_inc_locked(em->prompt_tokens, (double)s->d_prompt_tokens);
     metric_inc_locked(em->generation_tokens, (double)s->d_generation_tokens);
     if (s->stepped)

@@ -200,7 +200,11 @@ void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
     st->n_steps += steps;
     st->n_prompt_tokens_total += n_prompt_done;
     st->n_generation_tokens_total += n_gen;
+    st->forward_s_total += e->step_forward_s;
+    st->allreduce_s_total += e->step_allreduce_s;
     pthread_mutex_unlock(&e->mu);
+    m.d_allreduce_s = e->step_allreduce_s;
+    e->step_forward_s = e->step_allreduce_s = 0.0;
     em_flush(e->metrics, &m);
 }
 
@@ -314,9 +318,14 @@ bool engine_step(engine_t *e) {
         noisy = &noise;
         faults_count(e->cfg.faults, FAULT_LOGIT_NOISE, n_rows);
     }
+    if (__builtin_expect((faults & FAULT_BIT(FAULT_ALLREDUCE_DELAY)) || e->lab.allreduce_delay_on, 0))
+        lab_allreduce_delay(e, faults);
     char fail_msg[SL_ERR_LEN];
+    double t_forward = sl_now_s();
     int failed = runner_execute(&e->runner, so, e->sampled, n_rows, noisy, e->results, fail_msg, sizeof fail_msg);
     double done = sl_now_s();
+    e->step_forward_s = done - t_forward;
+    e->step_allreduce_s = llama_take_allreduce_s(&e->model);
     if (failed) {
         fail_step(e, so, fail_msg, failed == 2, done);
         return true;

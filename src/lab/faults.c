@@ -96,6 +96,15 @@ static const fault_def_t table[FAULT_COUNT] = {
                             "server_error (503), invalid_request (400), model_not_found (404)"},
                            {"count", PARAM_INT, OFF(count), "requests", 1, NO_MAX, NULL, false,
                             "fail exactly the next count requests, then clear (no limit)"}}},
+    [FAULT_ALLREDUCE_DELAY] = {"allreduce_delay",
+                               "every tensor-parallel all-reduce takes ms longer, or moves its bytes at gbps "
+                               "(no effect at -tp 1)",
+                               "a slow interconnect (PCIe-only TP): ITL grows by about 2 x layers x the delay "
+                               "per token while the step's compute is unchanged", 2,
+                               {{"ms", PARAM_FLOAT, OFF(allreduce_ms), "ms", 0.001, 60000, NULL, false,
+                                 "extra milliseconds per all-reduce"},
+                                {"gbps", PARAM_FLOAT, OFF(gbps), "GB/s", 0.001, 10000, NULL, false,
+                                 "bandwidth the reduced bytes move at"}}},
 };
 
 static int64_t *int_field(fault_params_t *p, const param_def_t *d) { return (int64_t *)((char *)p + d->offset); }
@@ -248,6 +257,11 @@ int fault_spec_check(const fault_spec_t *s, char *err, size_t err_len) {
             snprintf(err, err_len, "%s: missing parameter '%s'; valid parameters: %s", d->name, p->key, valid);
             return -1;
         }
+    }
+    /* allreduce_delay needs a delay, a bandwidth, or both (they add up). */
+    if (s->id == FAULT_ALLREDUCE_DELAY && s->p.allreduce_ms == 0 && s->p.gbps == 0) {
+        snprintf(err, err_len, "allreduce_delay: give ms or gbps (or both); valid parameters: %s", valid);
+        return -1;
     }
     /* oom with neither limit would never act: one of them is the fault. */
     if (s->id == FAULT_OOM && s->p.prompt_tokens == 0 && s->p.running == 0) {

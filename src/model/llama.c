@@ -149,6 +149,17 @@ size_t llama_kv_block_bytes(const llama_model_t *m, int64_t block_size) {
            (size_t)block_size * dtype_size(m->ops->kv_dtype);
 }
 
+bool llama_set_allreduce_delay(llama_model_t *m, double ms, double gbps) {
+    if (!m->comm) return false;
+    m->comm->delay_s = ms / 1000.0;
+    m->comm->delay_gbps = gbps;
+    return true;
+}
+
+int64_t llama_allreduces_per_step(const llama_model_t *m) { return m->comm ? 2 * m->cfg.n_layers + 1 : 0; }
+
+double llama_take_allreduce_s(llama_model_t *m) { return m->comm ? comm_take_reduce_s(m->comm) : 0.0; }
+
 /* A row-parallel output (o_proj, down_proj, the embedding's shard) summed over the ranks. */
 static void all_reduce(const llama_model_t *m, void *buf, int64_t n) {
     if (m->comm) m->comm->all_reduce_sum(m->comm, m->shard.rank, buf, n, m->ops->act_dtype);

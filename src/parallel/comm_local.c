@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "servelab/comm.h"
 #include "servelab/core.h"
@@ -95,6 +96,21 @@ typedef struct {
     void *recv;         /* rank 0's gather destination */
 } local_t;
 
+/* The lab's slow interconnect: sleeps to within 100 us of `t`, then spins
+ * (a sleep overshoots by tens of microseconds, an all-reduce's whole
+ * length on a fast link). */
+static void wait_until(double t) {
+    for (double left; (left = t - sl_now_s()) > 0;) {
+        if (left > 150e-6) {
+            struct timespec ts = {.tv_sec = (time_t)(left - 100e-6), .tv_nsec = 0};
+            ts.tv_nsec = (long)((left - 100e-6 - (double)ts.tv_sec) * 1e9);
+            nanosleep(&ts, NULL);
+        } else {
+            cpu_relax();
+        }
+    }
+}
+
 static void local_all_reduce(sl_comm_t *c, int rank, void *buf, int64_t n, sl_dtype_t dt) {
     local_t *L = c->impl;
     SL_ASSERT(dt == DTYPE_F32 && n <= L->max_elems);
@@ -110,6 +126,9 @@ static void local_all_reduce(sl_comm_t *c, int rank, void *buf, int64_t n, sl_dt
     }
     barrier_wait(L->bar);
     memcpy(buf, L->sum, (size_t)n * sizeof(float));
+    if (c->delay_s > 0 || c->delay_gbps > 0)
+        wait_until(sl_now_s() + c->delay_s +
+                   (c->delay_gbps > 0 ? (double)n * sizeof(float) / (c->delay_gbps * 1e9) : 0.0));
     c->reduce_s[rank] += sl_now_s() - t0;
 }
 

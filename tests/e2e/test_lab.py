@@ -6,7 +6,9 @@ cleared), suppress_eos running past stop_token_ids to max_tokens, http_error's c
 400s listing the valid names, --fault at startup and its precise errors; the server-side faults:
 tokenize_cost's real CPU time and TTFT, stream_delay's slow stream beside a healthy ITL,
 stream_coalesce's fewer events with the same text, finish_reason and usage; the engine's faults
-(engine_stall, kv_leak, oom, cold_start, logit_noise) each measured where it acts."""
+(engine_stall, kv_leak, oom, cold_start, logit_noise) each measured where it acts; allreduce_delay
+on a -tp 2 server, moving ITL and servelab:tp_allreduce_seconds_total by (2 x layers + 1) x the
+delay per token, and nothing at -tp 1."""
 import argparse
 import http.client
 import json
@@ -138,7 +140,8 @@ def test_lab(a):
         st, b = admin(srv, "GET")
         faults = {f["name"]: f for f in json.loads(b)["faults"]}
         check(st == 200 and list(faults) == ["step_delay", "engine_stall", "tokenize_cost", "stream_delay", "stream_coalesce",
-                                            "kv_leak", "oom", "cold_start", "suppress_eos", "logit_noise", "http_error"],
+                                            "kv_leak", "oom", "cold_start", "suppress_eos", "logit_noise", "http_error",
+                                            "allreduce_delay"],
               "GET lists every fault, in the table's order")
         check(faults["logit_noise"]["params"][0]["type"] == "number" and faults["oom"]["params"][1]["default"] is None,
               "a float parameter is a number; an optional limit has no default")
@@ -503,6 +506,49 @@ def test_engine_faults(a):
         srv.stop()
 
 
+def decode_itl(srv, n=24):
+    """Mean ITL (s) and all-reduce seconds per generated token of one greedy completion."""
+    itl_s0, itl_n0 = series(srv, "vllm:inter_token_latency_seconds_sum"), series(srv, "vllm:inter_token_latency_seconds_count")
+    ar0 = series(srv, "servelab:tp_allreduce_seconds_total")
+    complete(srv, n, prompt=PROMPT, ignore_eos=True)
+    itl_n = series(srv, "vllm:inter_token_latency_seconds_count") - itl_n0
+    itl = (series(srv, "vllm:inter_token_latency_seconds_sum") - itl_s0) / max(itl_n, 1)
+    return itl, (series(srv, "servelab:tp_allreduce_seconds_total") - ar0) / n
+
+
+def test_allreduce_delay(a):
+    layers = json.load(open(os.path.join(a.model, "config.json")))["num_hidden_layers"]
+    per_step = 2 * layers + 1  # o_proj's and down_proj's per layer, and the embedding's
+    ms = 3.0
+    srv = Server(a.servelab, a.model, "--enable-fault-injection", "--admin-key", ADMIN, "-tp", "2")
+    try:
+        complete(srv, 4)  # warm
+        itl0, ar0 = decode_itl(srv)
+        st, _ = admin(srv, "POST", body={"name": "allreduce_delay", "params": {"ms": ms}})
+        check(st == 200, "allreduce_delay set")
+        itl1, ar1 = decode_itl(srv)
+        want = per_step * ms * 1e-3
+        check(0.9 * want <= itl1 - itl0 <= 1.5 * want,
+              f"-tp 2, allreduce_delay ms={ms}: ITL {itl0 * 1e3:.1f} -> {itl1 * 1e3:.1f} ms, +{want * 1e3:.0f} ms "
+              f"expected ({per_step} all-reduces per token)")
+        check(0.9 * want <= ar1 - ar0 <= 1.5 * want,
+              f"servelab:tp_allreduce_seconds_total per token {ar0 * 1e3:.2f} -> {ar1 * 1e3:.2f} ms")
+        check(metric(srv, "servelab:fault_injections_total", "allreduce_delay") >= 23 * per_step,
+              "each slowed all-reduce counts as an injection")
+        admin(srv, "DELETE", path="/admin/faults/allreduce_delay")
+        itl2, _ = decode_itl(srv)
+        check(itl2 - itl0 < 0.5 * want, f"cleared: ITL back to {itl2 * 1e3:.1f} ms")
+    finally:
+        srv.stop()
+    srv = Server(a.servelab, a.model, "--fault", f"allreduce_delay:ms={ms}")
+    try:
+        complete(srv, 4)
+        itl, ar = decode_itl(srv)
+        check(itl < 0.5 * per_step * ms * 1e-3 and ar == 0, f"-tp 1: no all-reduce to slow (ITL {itl * 1e3:.1f} ms)")
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--servelab", required=True)
@@ -512,6 +558,7 @@ def main():
     test_lab(a)
     test_startup_fault(a)
     test_engine_faults(a)
+    test_allreduce_delay(a)
     print("all lab tests passed")
 
 
