@@ -114,6 +114,9 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err);
 void llama_free(llama_model_t *m);
 
+/* Bytes of weights every rank reads per forward, summed over the ranks. */
+size_t llama_weight_bytes(const llama_model_t *m);
+
 /* The lab's allreduce_delay (comm.h): every all-reduce of the next steps
  * lasts ms longer, plus its bytes at gbps (0: none). False when m has one
  * rank (no all-reduce to slow). Between steps only. */

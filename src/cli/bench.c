@@ -1,14 +1,17 @@
 /* bench.c - offline benchmarks. They print figures; they assert nothing.
  *
- *   servelab bench decode MODEL_DIR [--threads 1,2] [--input-len 32] [--output-len 128]
+ *   servelab bench decode MODEL_DIR [--threads 1,2] [-tp 1,2] [--input-len 32] [--output-len 128]
  *     batch-1 decode tokens/s, the weight bytes read per second, and that as a
  *     fraction of the machine's read bandwidth measured in the same run with
  *     the same threads (best of 5 passes over 1 GiB, an AVX2 sum where the CPU
  *     has it). Decoding one token reads every weight once (of the embedding
- *     table, one row).
+ *     table, one row), on every rank its shard. With -tp, each size in turn
+ *     (its ranks share the threads), and the share of the step time rank 0
+ *     spent in all-reduces.
  *   servelab bench throughput MODEL_DIR [--num-prompts 64] [--input-len 128] [--output-len 128]
- *       [--random-range-ratio 0] [--prefix-len 0] [--compare batching|prefix-caching] [engine flags]
- *     like `vllm bench throughput` (--threads takes one number here): every
+ *       [--random-range-ratio 0] [--prefix-len 0] [--compare batching|prefix-caching] [-tp 1,2] [engine flags]
+ *     like `vllm bench throughput` (--threads takes one number here; -tp a
+ *     list, run in turn, each with its all-reduce share): every
  *     prompt submitted at once, random token prompts (lengths uniform in
  *     [len*(1-r), len*(1+r)]), a shared prefix of
  *     --prefix-len tokens; prints vLLM's "Throughput: ..." line. --compare runs
@@ -46,15 +49,16 @@
 #endif
 
 static const char *bench_usage =
-    "usage: servelab bench decode MODEL_DIR [--threads 1,2] [--input-len N] [--output-len N] [engine flags]\n"
+    "usage: servelab bench decode MODEL_DIR [--threads 1,2] [-tp 1,2] [--input-len N] [--output-len N] [engine flags]\n"
     "       servelab bench throughput MODEL_DIR [--num-prompts N] [--input-len N] [--output-len N]\n"
-    "                [--random-range-ratio R] [--prefix-len N] [--compare batching|prefix-caching] [engine flags]\n"
+    "                [--random-range-ratio R] [--prefix-len N] [--compare batching|prefix-caching] [-tp 1,2]\n"
+    "                [engine flags]\n"
     "       servelab bench peak [--threads 1,2]\n"
     "       servelab bench scheduler [--running 256,1024] [--steps N]\n"
     "       servelab bench serve [--base-url URL | --host H --port P] [flags]   (--help for all)\n"
     "       servelab bench compare BASE.json NEW.json [--gate NAME=+P%|NAME=-P% ...]\n";
 
-enum { O_THREADS = 256, O_IN, O_OUT, O_NUM, O_RATIO, O_PREFIX, O_COMPARE, O_RUNNING, O_STEPS };
+enum { O_THREADS = 256, O_IN, O_OUT, O_NUM, O_RATIO, O_PREFIX, O_COMPARE, O_RUNNING, O_STEPS, O_TP };
 static const struct option bench_options[] = {
     {"threads-list", required_argument, 0, O_THREADS}, {"input-len", required_argument, 0, O_IN},
     {"output-len", required_argument, 0, O_OUT},       {"num-prompts", required_argument, 0, O_NUM},
@@ -69,6 +73,7 @@ typedef struct {
     char threads[128];                  /* decode: a list; throughput: one number */
     bool threads_set;
     char running[128];
+    char tp[64];                        /* decode, throughput: tensor-parallel sizes, a list */
     long long input_len, output_len, num_prompts, prefix_len, steps;
     double range_ratio;
     const char *compare;
@@ -79,9 +84,11 @@ static void print_help(void) { printf("%s%s", bench_usage, engine_usage); }
 
 static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
     struct option *opts = cli_merge_options(bench_options);
-    /* --threads takes a list here; route it to our own option. */
-    for (struct option *o = opts; o->name; o++)
+    /* --threads and --tensor-parallel-size (-tp) take lists here; route them to our own options. */
+    for (struct option *o = opts; o->name; o++) {
         if (!strcmp(o->name, "threads")) o->val = O_THREADS;
+        if (!strcmp(o->name, "tensor-parallel-size")) o->val = O_TP;
+    }
     optind = 1;
     opterr = 0;
     int c;
@@ -104,6 +111,7 @@ static void parse(int argc, char **argv, bench_args_t *a, bool need_model) {
             break;
         case O_RUNNING: snprintf(a->running, sizeof a->running, "%s", optarg); break;
         case O_STEPS: a->steps = cli_parse_int("--steps", optarg, 1, 1 << 20); break;
+        case O_TP: snprintf(a->tp, sizeof a->tp, "%s", optarg); break;
         case 'h': print_help(); free(opts); exit(0);
         default: cli_usage_error(bench_usage, "unrecognized argument: %s", argv[optind - 1]);
         }
@@ -325,51 +333,79 @@ static int32_t *random_prompt(int64_t n, int64_t V, uint64_t *state) {
     return p;
 }
 
+/* One decode row: batch-1 greedy decode of output_len tokens at a->ea's
+ * threads and tensor-parallel size. */
+static void decode_row(bench_args_t *a, bool first) {
+    /* Before the engine: with several ranks its threads are shared out over
+     * pools, at least one per rank (llama.c), so N ranks run on at least N. */
+    int tp0 = a->ea.load.tensor_parallel_size > 1 ? a->ea.load.tensor_parallel_size : 1;
+    int used = a->ea.threads / tp0 > 1 ? a->ea.threads / tp0 * tp0 : tp0;
+    parallel_set_threads(used);
+    double bw = measure_read_bandwidth((size_t)1 << 30, used);
+    engine_t *engine = cli_engine_create(&a->ea);
+    engine_start(engine);
+    const llama_model_t *m = engine_model(engine);
+    const model_config_t *cfg = &m->cfg;
+    int tp = m->shard.size;
+    /* Every rank reads its shard; of each rank's embedding rows, one row. */
+    double embed_bytes = cfg->tie_word_embeddings ? 0.0
+                         : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(m->w.embed.dtype);
+    double step_bytes = (double)llama_weight_bytes(m) - embed_bytes;
+    uint64_t rs = 1;
+    int32_t *prompt = random_prompt(a->input_len, cfg->vocab_size, &rs);
+    sampling_params_t p;
+    sampling_params_default(&p);
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_tokens = (int32_t)a->output_len;
+    sl_err_t err;
+    engine_stats_t s0, s1;
+    engine_get_stats(engine, &s0);
+    engine_stream_t *st = engine_submit(engine, prompt, (int32_t)a->input_len, &p, &err);
+    if (!st) sl_die("%s", err.msg);
+    double t_first = 0, t_last = 0;
+    int32_t n = 0;
+    for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
+        if (!o->n_new) continue;
+        t_last = sl_now_s();
+        if (n++ == 0) t_first = t_last;
+    }
+    engine_stream_release(engine, st);
+    engine_get_stats(engine, &s1);
+    double tok_s = (double)(n - 1) / (t_last - t_first); /* the first token comes from the prefill */
+    double gbs = tok_s * step_bytes / 1e9;
+    double fwd = s1.forward_s_total - s0.forward_s_total, ar = s1.allreduce_s_total - s0.allreduce_s_total;
+    if (first)
+        fprintf(stderr, "model: %s (%lld parameters, %.1f MB of weights read per decode step)\n",
+                a->ea.model_dir, (long long)m->w.n_params, step_bytes / 1e6);
+    printf("%-4d %-8d %-12.1f %-14.2f %-16.2f %-10.2f %-10.1f\n", tp, used, tok_s, gbs, bw, gbs / bw,
+           fwd > 0 ? 100.0 * ar / fwd : 0.0);
+    fflush(stdout);
+    sampling_params_free(&p);
+    free(prompt);
+    engine_stop(engine);
+    engine_free(engine);
+}
+
 static int bench_decode(bench_args_t *a) {
     a->ea.sched.max_num_seqs = 1;
     a->ea.max_model_len = a->input_len + a->output_len + 1;
     a->ea.load.progress = false;
-    printf("%-8s %-12s %-14s %-16s %-10s\n", "threads", "decode tok/s", "weights GB/s",
-           "memory read GB/s", "fraction");
-    char *save = NULL;
-    for (char *t = strtok_r(a->threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        a->ea.threads = (int)cli_parse_int("--threads", t, 1, 4096);
-        engine_t *engine = cli_engine_create(&a->ea);
-        engine_start(engine);
-        const model_config_t *cfg = &engine_model(engine)->cfg;
-        double embed_bytes = cfg->tie_word_embeddings ? 0.0
-                             : (double)(cfg->vocab_size * cfg->hidden_size) * (double)dtype_size(engine_model(engine)->w.embed.dtype);
-        double step_bytes = (double)engine_model(engine)->w.n_bytes - embed_bytes;
-        uint64_t rs = 1;
-        int32_t *prompt = random_prompt(a->input_len, cfg->vocab_size, &rs);
-        double bw = measure_read_bandwidth((size_t)1 << 30, a->ea.threads);
-        sampling_params_t p;
-        sampling_params_default(&p);
-        p.temperature = 0.0f;
-        p.ignore_eos = true;
-        p.max_tokens = (int32_t)a->output_len;
-        sl_err_t err;
-        engine_stream_t *st = engine_submit(engine, prompt, (int32_t)a->input_len, &p, &err);
-        if (!st) sl_die("%s", err.msg);
-        double t_first = 0, t_last = 0;
-        int32_t n = 0;
-        for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
-            if (!o->n_new) continue;
-            t_last = sl_now_s();
-            if (n++ == 0) t_first = t_last;
+    printf("%-4s %-8s %-12s %-14s %-16s %-10s %-10s\n", "tp", "threads", "decode tok/s", "weights GB/s",
+           "memory read GB/s", "fraction", "all-reduce %");
+    if (!a->tp[0]) snprintf(a->tp, sizeof a->tp, "%d", a->ea.load.tensor_parallel_size > 1 ? a->ea.load.tensor_parallel_size : 1);
+    bool first = true;
+    char *save_tp = NULL;
+    for (char *tp = strtok_r(a->tp, ",", &save_tp); tp; tp = strtok_r(NULL, ",", &save_tp)) {
+        a->ea.load.tensor_parallel_size = (int)cli_parse_int("--tensor-parallel-size", tp, 1, 256);
+        char threads[sizeof a->threads];
+        snprintf(threads, sizeof threads, "%s", a->threads);
+        char *save = NULL;
+        for (char *t = strtok_r(threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            a->ea.threads = (int)cli_parse_int("--threads", t, 1, 4096);
+            decode_row(a, first);
+            first = false;
         }
-        engine_stream_release(engine, st);
-        double tok_s = (double)(n - 1) / (t_last - t_first); /* the first token comes from the prefill */
-        double gbs = tok_s * step_bytes / 1e9;
-        if (t == a->threads)
-            fprintf(stderr, "model: %s (%lld parameters, %.1f MB of weights read per decode step)\n",
-                    a->ea.model_dir, (long long)engine_model(engine)->w.n_params, step_bytes / 1e6);
-        printf("%-8d %-12.1f %-14.2f %-16.2f %-10.2f\n", a->ea.threads, tok_s, gbs, bw, gbs / bw);
-        fflush(stdout);
-        sampling_params_free(&p);
-        free(prompt);
-        engine_stop(engine);
-        engine_free(engine);
     }
     return 0;
 }
@@ -421,6 +457,9 @@ static void print_throughput(const char *label, const tp_result_t *r, int64_t n)
     printf("Engine steps: %lld, preemptions: %lld, prefix cache hit rate: %.1f%%\n", (long long)r->stats.n_steps,
            (long long)r->stats.n_preemptions,
            r->stats.prefix_queries ? 100.0 * (double)r->stats.prefix_hits / (double)r->stats.prefix_queries : 0.0);
+    printf("Step time in the model runner: %.2f s, of which tensor-parallel all-reduce: %.2f s (%.1f%%)\n",
+           r->stats.forward_s_total, r->stats.allreduce_s_total,
+           r->stats.forward_s_total > 0 ? 100.0 * r->stats.allreduce_s_total / r->stats.forward_s_total : 0.0);
     fflush(stdout);
 }
 
@@ -457,27 +496,33 @@ static int bench_throughput(bench_args_t *a) {
            (long long)n, a->input_len, a->range_ratio, a->prefix_len, a->output_len,
            a->ea.threads > 0 ? a->ea.threads : parallel_n_threads());
 
-    if (!a->compare) {
-        tp_result_t r = run_throughput(a->ea, prompts, in_lens, out_lens, n);
-        print_throughput(a->ea.sched.static_batching ? "static batching" : "continuous batching", &r, n);
-    } else {
-        engine_config_t x = a->ea, y = a->ea;
-        const char *lx, *ly;
-        if (!strcmp(a->compare, "batching")) {
-            x.sched.static_batching = false, lx = "continuous batching";
-            y.sched.static_batching = true, ly = "static batching";
+    if (!a->tp[0]) snprintf(a->tp, sizeof a->tp, "%d", a->ea.load.tensor_parallel_size > 1 ? a->ea.load.tensor_parallel_size : 1);
+    char *save_tp = NULL;
+    for (char *tp = strtok_r(a->tp, ",", &save_tp); tp; tp = strtok_r(NULL, ",", &save_tp)) {
+        a->ea.load.tensor_parallel_size = (int)cli_parse_int("--tensor-parallel-size", tp, 1, 256);
+        printf("Tensor parallel size: %d\n", a->ea.load.tensor_parallel_size);
+        if (!a->compare) {
+            tp_result_t r = run_throughput(a->ea, prompts, in_lens, out_lens, n);
+            print_throughput(a->ea.sched.static_batching ? "static batching" : "continuous batching", &r, n);
         } else {
-            x.enable_prefix_caching = true, lx = "prefix caching on";
-            y.enable_prefix_caching = false, ly = "prefix caching off";
+            engine_config_t x = a->ea, y = a->ea;
+            const char *lx, *ly;
+            if (!strcmp(a->compare, "batching")) {
+                x.sched.static_batching = false, lx = "continuous batching";
+                y.sched.static_batching = true, ly = "static batching";
+            } else {
+                x.enable_prefix_caching = true, lx = "prefix caching on";
+                y.enable_prefix_caching = false, ly = "prefix caching off";
+            }
+            tp_result_t rx = run_throughput(x, prompts, in_lens, out_lens, n);
+            print_throughput(lx, &rx, n);
+            tp_result_t ry = run_throughput(y, prompts, in_lens, out_lens, n);
+            print_throughput(ly, &ry, n);
+            printf("%s / %s: %.2fx output tokens/s, %.2fx total tokens/s\n", lx, ly,
+                   ((double)rx.output_tokens / rx.seconds) / ((double)ry.output_tokens / ry.seconds),
+                   ((double)(rx.prompt_tokens + rx.output_tokens) / rx.seconds) /
+                       ((double)(ry.prompt_tokens + ry.output_tokens) / ry.seconds));
         }
-        tp_result_t rx = run_throughput(x, prompts, in_lens, out_lens, n);
-        print_throughput(lx, &rx, n);
-        tp_result_t ry = run_throughput(y, prompts, in_lens, out_lens, n);
-        print_throughput(ly, &ry, n);
-        printf("%s / %s: %.2fx output tokens/s, %.2fx total tokens/s\n", lx, ly,
-               ((double)rx.output_tokens / rx.seconds) / ((double)ry.output_tokens / ry.seconds),
-               ((double)(rx.prompt_tokens + rx.output_tokens) / rx.seconds) /
-                   ((double)(ry.prompt_tokens + ry.output_tokens) / ry.seconds));
     }
     for (int64_t i = 0; i < n; i++) free(prompts[i]);
     free(prompts), free(in_lens), free(out_lens), free(prefix);

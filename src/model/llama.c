@@ -149,6 +149,12 @@ size_t llama_kv_block_bytes(const llama_model_t *m, int64_t block_size) {
            (size_t)block_size * dtype_size(m->ops->kv_dtype);
 }
 
+size_t llama_weight_bytes(const llama_model_t *m) {
+    size_t n = m->w.n_bytes;
+    for (int r = 1; m->tp && r < m->tp->size; r++) n += m->tp->ranks[r].w.n_bytes;
+    return n;
+}
+
 bool llama_set_allreduce_delay(llama_model_t *m, double ms, double gbps) {
     if (!m->comm) return false;
     m->comm->delay_s = ms / 1000.0;
