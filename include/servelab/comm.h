@@ -14,8 +14,10 @@
 #ifndef SERVELAB_COMM_H
 #define SERVELAB_COMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "servelab/core.h"
 #include "servelab/dtype.h"
 
 typedef struct sl_comm sl_comm_t;
@@ -33,8 +35,14 @@ struct sl_comm {
     /* Frees the communicator (no rank may be in a collective). */
     void (*free)(sl_comm_t *c);
     /* Seconds spent in all_reduce_sum per rank since the last read (the step
-     * timing's all-reduce share): comm_take_reduce_s. */
+     * timing's all-reduce share): comm_take_reduce_s, through take_reduce_s
+     * where the time is the device's (NCCL: events), else reduce_s[0]. */
     double *reduce_s;   /* (size) */
+    double (*take_reduce_s)(sl_comm_t *c);
+    /* Optional (NULL: collectives cannot fail, the local one): 1 with the
+     * first failure's message, 0 if none. A failed collective leaves the ones
+     * after it undone. */
+    int (*last_error)(sl_comm_t *c, char *msg, size_t cap);
     /* The lab's allreduce_delay: each all-reduce lasts delay_s, plus its
      * bytes at delay_gbps (0: none), longer on every rank. Written by rank 0
      * between steps only (the ranks' start barrier publishes it). */
@@ -44,6 +52,14 @@ struct sl_comm {
 /* The local communicator of `size` threads over host memory: fp32 buffers of
  * up to max_elems elements (the largest all-reduce a step makes). */
 sl_comm_t *comm_local_new(int size, int64_t max_elems);
+
+/* NCCL (builds with CUDA and NCCL: SERVELAB_HAVE_NCCL; comm_nccl.c): size
+ * ranks on devices[r], rank r enqueuing on streams[r] (cudaStream_t), one
+ * thread per rank. NULL with one line in err (NCCL refuses two ranks on one
+ * device). */
+sl_comm_t *comm_nccl_new(int size, const int *devices, void *const *streams, sl_err_t *err);
+/* NCCL's version ("2.21.5") in buf, or NULL. */
+const char *comm_nccl_version(char *buf, size_t cap);
 
 /* Rank 0's all-reduce seconds since the last call (then reset). */
 double comm_take_reduce_s(sl_comm_t *c);
