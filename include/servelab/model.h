@@ -35,6 +35,11 @@ typedef struct {
     uint64_t seed;          /* dummy weights */
     bool progress;          /* progress bar on stderr if loading takes > 1 s */
     int tensor_parallel_size; /* ranks (<= 1: one); tp.h */
+    /* Several ranks: rank r's backend (NULL: every rank on llama_init's ops,
+     * which must then be host memory), and the communicator they reduce
+     * through (NULL: a local one over host memory). llama_free frees it. */
+    const sl_ops_t *const *rank_ops;
+    sl_comm_t *comm;
 } model_load_opts_t;
 
 typedef struct {
@@ -78,12 +83,15 @@ typedef struct {
 /* One step's inputs, already in backend memory (the model runner uploads the
  * flat batch, batch.h). The attention metadata carries positions,
  * query_start, seq_lens and block_tables. */
-typedef struct {
+typedef struct llama_inputs {
     const int32_t *token_ids;       /* (T) */
     const int64_t *slot_mapping;    /* (T) */
     const int32_t *logits_index;    /* (n_logits) */
     int32_t n_logits;
     sl_attn_meta_t meta;
+    /* Several ranks on a device backend: each rank's copy of these inputs in
+     * its own memory ([0] is this one); NULL when every rank reads these. */
+    const struct llama_inputs *rank_in;
 } llama_inputs_t;
 
 typedef struct llama_tp llama_tp_t;
@@ -102,8 +110,9 @@ typedef struct llama_model {
     llama_tp_t *tp;         /* rank 0 of several: the other ranks; NULL otherwise */
     /* Scratch activations sized for max_tokens (backend memory). */
     void *x, *h, *q, *k, *v, *attn, *gate, *up, *rows;
-    /* Several ranks: this rank's logits (max_seqs, vocab_per_rank), and on
-     * rank 0 every rank's, gathered (size, max_seqs, vocab_per_rank). */
+    /* Several ranks: this rank's logits (max_seqs, vocab_per_rank), host
+     * memory; on rank 0 of a device backend, the assembled (max_seqs, V) on
+     * the host before they go to the device. */
     float *logits_part, *logits_all;
 } llama_model_t;
 
@@ -113,6 +122,12 @@ typedef struct llama_model {
 int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err);
 void llama_free(llama_model_t *m);
+
+/* Rank r's backend (m's own for rank 0, or with one rank). */
+const sl_ops_t *llama_rank_ops(const llama_model_t *m, int rank);
+/* Makes rank r's backend current on the calling thread (ops->thread_init:
+ * CUDA selects the rank's device), before allocating or copying for it. */
+void llama_rank_select(const llama_model_t *m, int rank);
 
 /* Bytes of weights every rank reads per forward, summed over the ranks. */
 size_t llama_weight_bytes(const llama_model_t *m);

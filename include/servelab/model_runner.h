@@ -45,6 +45,12 @@ typedef struct {
     sl_batch_t padded;          /* host staging of the padded batch */
 } runner_graphs_t;
 
+/* One rank's copy of the step's flat batch, in that rank's backend memory. */
+typedef struct {
+    int32_t *token_ids, *positions, *query_start, *seq_lens, *block_tables, *logits_index;
+    int64_t *slot_mapping;
+} runner_rank_batch_t;
+
 typedef struct {
     llama_model_t *model;       /* borrowed: weights, activations, the forward */
     const sl_ops_t *ops;
@@ -67,6 +73,12 @@ typedef struct {
     int64_t row_cap;
     runner_graphs_t graphs;
     int64_t n_graph_steps, n_eager_steps; /* decode steps replayed / steps run op by op */
+    /* Tensor parallelism on a device backend (model.h): ranks 1..N-1's
+     * copies of the batch (rank 0's are the d_* above), uploaded with it, and
+     * every rank's inputs as llama_forward takes them. NULL otherwise: host
+     * ranks all read the one batch. */
+    runner_rank_batch_t *rank_batch; /* (N) [0] unused */
+    llama_inputs_t *rank_in;         /* (N) */
 } model_runner_t;
 
 /* Allocates the batch, logits and sampling buffers for steps of up to

@@ -70,6 +70,47 @@ static void *backend_alloc(const model_runner_t *r, size_t n_bytes, bool *failed
     return p;
 }
 
+/* The batch buffers of ranks 1..N-1 on a device backend, each allocated on
+ * its rank's backend (made current for the allocation). */
+static int rank_batches_init(model_runner_t *r, sl_err_t *err) {
+    const llama_model_t *m = r->model;
+    int n = m->shard.size;
+    size_t T = (size_t)r->max_tokens, S = (size_t)r->max_seqs;
+    r->rank_batch = sl_calloc((size_t)n, sizeof *r->rank_batch);
+    r->rank_in = sl_calloc((size_t)n, sizeof *r->rank_in);
+    bool failed = false;
+    for (int k = 1; k < n && !failed; k++) {
+        const sl_ops_t *o = llama_rank_ops(m, k);
+        runner_rank_batch_t *d = &r->rank_batch[k];
+        llama_rank_select(m, k);
+        void **bufs[] = {(void **)&d->token_ids, (void **)&d->positions, (void **)&d->slot_mapping,
+                         (void **)&d->query_start, (void **)&d->seq_lens, (void **)&d->logits_index,
+                         (void **)&d->block_tables};
+        size_t sizes[] = {T * sizeof(int32_t), T * sizeof(int32_t), T * sizeof(int64_t), (S + 1) * sizeof(int32_t),
+                          S * sizeof(int32_t), S * sizeof(int32_t), S * (size_t)r->max_blocks * sizeof(int32_t)};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (!(*bufs[i] = o->alloc(o->ctx, sizes[i]))) failed = true;
+        llama_rank_select(m, 0);
+    }
+    return failed ? sl_fail(err, "out of %s memory for the ranks' batches", r->ops->name) : 0;
+}
+
+static void rank_batches_free(model_runner_t *r) {
+    const llama_model_t *m = r->model;
+    for (int k = 1; r->rank_batch && k < m->shard.size; k++) {
+        const sl_ops_t *o = llama_rank_ops(m, k);
+        runner_rank_batch_t *d = &r->rank_batch[k];
+        void *bufs[] = {d->token_ids, d->positions, d->slot_mapping, d->query_start, d->seq_lens, d->logits_index,
+                        d->block_tables};
+        llama_rank_select(m, k);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) o->free(o->ctx, bufs[i]);
+        llama_rank_select(m, 0);
+    }
+    free(r->rank_batch);
+    free(r->rank_in);
+}
+
 int runner_init(model_runner_t *r, llama_model_t *m, int32_t max_blocks, sl_err_t *err) {
     memset(r, 0, sizeof *r);
     SL_ASSERT(m->ops->sample); /* every backend samples */
@@ -92,6 +133,10 @@ int runner_init(model_runner_t *r, llama_model_t *m, int32_t max_blocks, sl_err_
         runner_free(r);
         return sl_fail(err, "out of %s memory for the batch of %lld tokens", m->ops->name, (long long)T);
     }
+    if (m->tp && !r->ops->host_memory && rank_batches_init(r, err)) {
+        runner_free(r);
+        return -1;
+    }
     batch_init(&r->batch, m->max_tokens, m->max_seqs, max_blocks);
     r->logits = sl_malloc(S * V * sizeof(float));
     r->rows = sl_malloc(S * sizeof *r->rows);
@@ -102,6 +147,7 @@ void runner_free(model_runner_t *r) {
     if (!r->ops) return;
     runner_free_graphs(r);
     if (r->kv.k) kv_cache_free(&r->kv, r->model);
+    rank_batches_free(r);
     void *bufs[] = {r->d_token_ids, r->d_positions, r->d_slot_mapping, r->d_query_start,
                     r->d_seq_lens, r->d_logits_index, r->d_block_tables, r->d_logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -125,34 +171,45 @@ int kv_cache_init(kv_cache_t *kv, const llama_model_t *m, int64_t n_blocks, int6
     size_t n_bufs = (size_t)kv->n_ranks * (size_t)c->n_layers;
     kv->k = sl_calloc(n_bufs, sizeof(void *));
     kv->v = sl_calloc(n_bufs, sizeof(void *));
-    /* Every rank holds the same number of KV heads (its own, or a replica). */
+    /* Every rank holds the same number of KV heads (its own, or a replica),
+     * in its own backend's memory. */
     size_t block_bytes = (size_t)block_size * (size_t)m->shard.n_kv_heads * (size_t)c->head_dim *
                          dtype_size(m->ops->kv_dtype);
     size_t n_bytes = (size_t)n_blocks * block_bytes;
     /* The null block 0 is zero, so whatever reads it (a padding row of a CUDA
      * graph, a profiling forward) reads finite values. */
     void *zeros = sl_calloc(1, block_bytes);
-    for (size_t i = 0; i < n_bufs; i++) {
-        kv->k[i] = m->ops->alloc(m->ops->ctx, n_bytes);
-        kv->v[i] = m->ops->alloc(m->ops->ctx, n_bytes);
-        if (!kv->k[i] || !kv->v[i]) {
-            free(zeros);
-            kv_cache_free(kv, m);
-            return sl_fail(err, "out of %s memory for a KV cache of %lld blocks", m->ops->name,
-                           (long long)n_blocks);
+    bool failed = false;
+    for (size_t i = 0; i < n_bufs && !failed; i++) {
+        int rank = (int)(i / (size_t)c->n_layers);
+        const sl_ops_t *o = llama_rank_ops(m, rank);
+        if (rank > 0) llama_rank_select(m, rank);
+        kv->k[i] = o->alloc(o->ctx, n_bytes);
+        kv->v[i] = o->alloc(o->ctx, n_bytes);
+        failed = !kv->k[i] || !kv->v[i];
+        if (!failed) {
+            o->upload(o->ctx, kv->k[i], zeros, block_bytes);
+            o->upload(o->ctx, kv->v[i], zeros, block_bytes);
         }
-        m->ops->upload(m->ops->ctx, kv->k[i], zeros, block_bytes);
-        m->ops->upload(m->ops->ctx, kv->v[i], zeros, block_bytes);
+        if (rank > 0) llama_rank_select(m, 0);
     }
     free(zeros);
+    if (failed) {
+        kv_cache_free(kv, m);
+        return sl_fail(err, "out of %s memory for a KV cache of %lld blocks", m->ops->name, (long long)n_blocks);
+    }
     return 0;
 }
 
 void kv_cache_free(kv_cache_t *kv, const llama_model_t *m) {
     size_t n_bufs = (size_t)kv->n_ranks * (size_t)kv->n_layers;
     for (size_t i = 0; i < n_bufs; i++) {
-        if (kv->k && kv->k[i]) m->ops->free(m->ops->ctx, kv->k[i]);
-        if (kv->v && kv->v[i]) m->ops->free(m->ops->ctx, kv->v[i]);
+        int rank = (int)(i / (size_t)kv->n_layers);
+        const sl_ops_t *o = llama_rank_ops(m, rank);
+        if (rank > 0) llama_rank_select(m, rank);
+        if (kv->k && kv->k[i]) o->free(o->ctx, kv->k[i]);
+        if (kv->v && kv->v[i]) o->free(o->ctx, kv->v[i]);
+        if (rank > 0) llama_rank_select(m, 0);
     }
     free(kv->k);
     free(kv->v);
@@ -176,23 +233,49 @@ static void upload_batch(model_runner_t *r, const sl_batch_t *b) {
     o->upload(o->ctx, r->d_seq_lens, b->seq_lens, S * sizeof(int32_t));
     o->upload(o->ctx, r->d_logits_index, b->logits_index, (size_t)b->n_logits * sizeof(int32_t));
     o->upload(o->ctx, r->d_block_tables, b->block_tables, S * (size_t)b->max_blocks * sizeof(int32_t));
+    for (int k = 1; r->rank_batch && k < r->model->shard.size; k++) {
+        const sl_ops_t *ok = llama_rank_ops(r->model, k);
+        const runner_rank_batch_t *d = &r->rank_batch[k];
+        llama_rank_select(r->model, k);
+        ok->upload(ok->ctx, d->token_ids, b->token_ids, T * sizeof(int32_t));
+        ok->upload(ok->ctx, d->positions, b->positions, T * sizeof(int32_t));
+        ok->upload(ok->ctx, d->slot_mapping, b->slot_mapping, T * sizeof(int64_t));
+        ok->upload(ok->ctx, d->query_start, b->query_start, (S + 1) * sizeof(int32_t));
+        ok->upload(ok->ctx, d->seq_lens, b->seq_lens, S * sizeof(int32_t));
+        ok->upload(ok->ctx, d->logits_index, b->logits_index, (size_t)b->n_logits * sizeof(int32_t));
+        ok->upload(ok->ctx, d->block_tables, b->block_tables, S * (size_t)b->max_blocks * sizeof(int32_t));
+        llama_rank_select(r->model, 0);
+    }
 }
 
 /* The step's inputs as llama_forward takes them: the batch arrays in the
  * runner's backend buffers, the attention's host-side sizes from b. */
-static llama_inputs_t batch_inputs(const model_runner_t *r, const sl_batch_t *b) {
+static llama_inputs_t batch_inputs(model_runner_t *r, const sl_batch_t *b) {
     int32_t max_seq_len = 0, max_query_len = 0;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         if (b->seq_lens[s] > max_seq_len) max_seq_len = b->seq_lens[s];
         int32_t q = b->query_start[s + 1] - b->query_start[s];
         if (q > max_query_len) max_query_len = q;
     }
-    return (llama_inputs_t){
+    llama_inputs_t in = (llama_inputs_t){
         .token_ids = r->d_token_ids, .slot_mapping = r->d_slot_mapping, .logits_index = r->d_logits_index,
         .n_logits = b->n_logits,
         .meta = {.n_tokens = b->n_tokens, .n_seqs = b->n_seqs, .max_blocks = b->max_blocks,
                  .max_seq_len = max_seq_len, .max_query_len = max_query_len, .positions = r->d_positions,
                  .query_start = r->d_query_start, .seq_lens = r->d_seq_lens, .block_tables = r->d_block_tables}};
+    if (!r->rank_batch) return in;
+    /* Each rank's copy: the same sizes, its own buffers. */
+    r->rank_in[0] = in;
+    for (int k = 1; k < r->model->shard.size; k++) {
+        const runner_rank_batch_t *d = &r->rank_batch[k];
+        llama_inputs_t *ik = &r->rank_in[k];
+        *ik = in;
+        ik->token_ids = d->token_ids, ik->slot_mapping = d->slot_mapping, ik->logits_index = d->logits_index;
+        ik->meta.positions = d->positions, ik->meta.query_start = d->query_start, ik->meta.seq_lens = d->seq_lens;
+        ik->meta.block_tables = d->block_tables;
+    }
+    in.rank_in = r->rank_in;
+    return in;
 }
 
 static bool graph_step(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv);
@@ -432,7 +515,7 @@ void batch_pad_decode(sl_batch_t *dst, const sl_batch_t *src, int32_t S_pad) {
 }
 
 /* The inputs every graph of size S was captured with. */
-static llama_inputs_t graph_inputs(const model_runner_t *r, int32_t S) {
+static llama_inputs_t graph_inputs(model_runner_t *r, int32_t S) {
     llama_inputs_t in = batch_inputs(r, &r->graphs.padded);
     in.n_logits = S;
     in.meta = (sl_attn_meta_t){.n_tokens = S, .n_seqs = S, .max_blocks = r->graphs.padded.max_blocks,
@@ -480,6 +563,9 @@ int runner_capture_graphs(model_runner_t *r, const kv_cache_t *kv, const int32_t
     const sl_ops_t *o = r->ops;
     if (!o->graph_begin || !r->d_logits || !o->last_error)
         return sl_fail(err, "the %s backend has no CUDA graphs", o->name);
+    /* A rank's graph would replay its all-reduces on a communicator that the
+     * other ranks' threads drive eagerly. */
+    if (r->model->tp) return sl_fail(err, "CUDA graphs are not captured with tensor parallelism");
     runner_free_graphs(r);
     runner_graphs_t *g = &r->graphs;
     g->sizes = sl_malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));

@@ -72,9 +72,9 @@ static int init_rank(llama_model_t *m, const char *model_dir, const model_config
     m->up = scratch(m, T * (size_t)(shard->inter > c->hidden_size ? shard->inter : c->hidden_size) * a, &failed);
     m->rows = scratch(m, (size_t)max_seqs * (size_t)c->hidden_size * a, &failed);
     if (shard->size > 1) {
-        size_t part = (size_t)max_seqs * (size_t)shard->vocab_per_rank * sizeof(float);
-        m->logits_part = sl_malloc(part);
-        if (shard->rank == 0) m->logits_all = sl_malloc(part * (size_t)shard->size);
+        m->logits_part = sl_malloc((size_t)max_seqs * (size_t)shard->vocab_per_rank * sizeof(float));
+        if (shard->rank == 0 && !ops->host_memory)
+            m->logits_all = sl_malloc((size_t)max_seqs * (size_t)c->vocab_size * sizeof(float));
     }
     if (failed) {
         free_rank(m);
@@ -86,41 +86,51 @@ static int init_rank(llama_model_t *m, const char *model_dir, const model_config
 int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err) {
     memset(m, 0, sizeof *m);
-    model_config_t cfg;
-    if (config_load(model_dir, &cfg, err) || config_load_generation(model_dir, &cfg, err)) return -1;
     int size = opts->tensor_parallel_size > 1 ? opts->tensor_parallel_size : 1;
+    model_config_t cfg;
     tp_shard_t shard;
-    if (tp_shard_plan(&cfg, 0, size, &shard, err)) return -1;
-    if (size > 1 && !ops->host_memory)
-        return sl_fail(err, "tensor_parallel_size %d: tensor parallelism runs on the CPU backend only in this "
-                       "build. Hint: --device cpu, or --tensor-parallel-size 1", size);
+    if (config_load(model_dir, &cfg, err) || config_load_generation(model_dir, &cfg, err) ||
+        tp_shard_plan(&cfg, 0, size, &shard, err)) {
+        if (opts->comm) opts->comm->free(opts->comm);
+        return -1;
+    }
+    /* Device ranks each need a backend of their own; host ones may share. */
+    const sl_ops_t *ops0 = size > 1 && opts->rank_ops ? opts->rank_ops[0] : ops;
+    SL_ASSERT(size == 1 || opts->rank_ops || ops->host_memory);
     double t0 = sl_now_s();
-    if (init_rank(m, model_dir, &cfg, &shard, opts, ops, max_tokens, max_seqs, err)) return -1;
+    if (init_rank(m, model_dir, &cfg, &shard, opts, ops0, max_tokens, max_seqs, err)) {
+        if (opts->comm) opts->comm->free(opts->comm);
+        return -1;
+    }
     if (size > 1) {
-        /* Ranks 1 .. size-1 load their shards here, on this thread; every
-         * rank then runs on a share of the CPU threads (rank 0 on the
-         * process pool, resized to its share). */
+        /* Ranks 1 .. size-1 load their shards here, on this thread, each with
+         * its backend made current; every rank then runs on a share of the
+         * CPU threads (rank 0 on the process pool, resized to its share). */
         llama_tp_t *tp = m->tp = sl_calloc(1, sizeof *tp);
         tp->size = size;
         tp->ranks = sl_calloc((size_t)size, sizeof *tp->ranks);
+        tp->process_threads = parallel_n_threads();
+        m->comm = opts->comm ? opts->comm : comm_local_new(size, (int64_t)max_tokens * cfg.hidden_size);
         for (int r = 1; r < size; r++) {
             tp_shard_t sr;
             SL_ASSERT(tp_shard_plan(&cfg, r, size, &sr, err) == 0);
-            if (init_rank(&tp->ranks[r], model_dir, &cfg, &sr, opts, ops, max_tokens, max_seqs, err)) {
+            const sl_ops_t *ops_r = opts->rank_ops ? opts->rank_ops[r] : ops;
+            if (ops_r->thread_init) ops_r->thread_init(ops_r->ctx);
+            int rc = init_rank(&tp->ranks[r], model_dir, &cfg, &sr, opts, ops_r, max_tokens, max_seqs, err);
+            if (ops0->thread_init) ops0->thread_init(ops0->ctx);
+            if (rc) {
                 llama_free(m);
                 return -1;
             }
+            tp->ranks[r].comm = m->comm;
         }
-        tp->process_threads = parallel_n_threads();
         int threads = tp->process_threads / size;
         if (threads < 1) threads = 1;
         parallel_set_threads(threads);
         tp->group = tp_group_new(size, threads);
-        m->comm = comm_local_new(size, (int64_t)max_tokens * cfg.hidden_size);
-        for (int r = 1; r < size; r++) tp->ranks[r].comm = m->comm;
         LOG_INFO("Tensor parallelism: %d ranks, threads of this process, %d CPU threads each; all-reduce through "
-                 "shared memory (%s communicator); %lld query and %lld KV heads per rank%s", size, threads,
-                 m->comm->name, (long long)shard.n_heads, (long long)shard.n_kv_heads,
+                 "the %s communicator; %lld query and %lld KV heads per rank%s", size, threads, m->comm->name,
+                 (long long)shard.n_heads, (long long)shard.n_kv_heads,
                  shard.kv_head_replicas > 1 ? " (KV heads replicated)" : "");
     }
     double load_s = sl_now_s() - t0;
@@ -135,7 +145,12 @@ void llama_free(llama_model_t *m) {
     llama_tp_t *tp = m->tp;
     if (tp) {
         tp_group_free(tp->group);
-        for (int r = 1; r < tp->size; r++) free_rank(&tp->ranks[r]);
+        for (int r = 1; r < tp->size; r++) {
+            const sl_ops_t *o = tp->ranks[r].ops;
+            if (o && o->thread_init) o->thread_init(o->ctx);
+            free_rank(&tp->ranks[r]);
+        }
+        if (m->ops->thread_init) m->ops->thread_init(m->ops->ctx);
         free(tp->ranks);
         parallel_set_threads(tp->process_threads);
         free(tp);
@@ -147,6 +162,15 @@ void llama_free(llama_model_t *m) {
 size_t llama_kv_block_bytes(const llama_model_t *m, int64_t block_size) {
     return 2 * (size_t)m->cfg.n_layers * (size_t)m->shard.n_kv_heads * (size_t)m->cfg.head_dim *
            (size_t)block_size * dtype_size(m->ops->kv_dtype);
+}
+
+const sl_ops_t *llama_rank_ops(const llama_model_t *m, int rank) {
+    return rank == 0 ? m->ops : m->tp->ranks[rank].ops;
+}
+
+void llama_rank_select(const llama_model_t *m, int rank) {
+    const sl_ops_t *o = llama_rank_ops(m, rank);
+    if (o->thread_init) o->thread_init(o->ctx);
 }
 
 size_t llama_weight_bytes(const llama_model_t *m) {
@@ -171,20 +195,28 @@ static void all_reduce(const llama_model_t *m, void *buf, int64_t n) {
     if (m->comm) m->comm->all_reduce_sum(m->comm, m->shard.rank, buf, n, m->ops->act_dtype);
 }
 
-/* Each rank's logits over its vocabulary rows, gathered into rank 0's
- * (S, V): every rank's share padded to vocab_per_rank for the gather. */
-static void sharded_logits(llama_model_t *m, float *logits, int32_t S) {
+/* Each rank's logits over its vocabulary rows, assembled on rank 0: every
+ * rank computes its (S, n_vocab) into host memory (ops->logits), and after a
+ * barrier rank 0 copies each rank's columns into (S, V) straight from the
+ * ranks' buffers (the ranks are threads of this process). On a device
+ * backend the assembled rows then go to `logits` in rank 0's memory, where
+ * its sampler reads them. No rank writes its part again before the next
+ * step, which starts after rank 0 is done here. */
+static void sharded_logits(llama_model_t *m, float *logits, int32_t S, bool logits_on_device) {
     const tp_shard_t *s = &m->shard;
-    int64_t per = s->vocab_per_rank, V = m->cfg.vocab_size;
+    int64_t V = m->cfg.vocab_size;
     if (s->n_vocab > 0) m->ops->logits(m->ops->ctx, m->logits_part, m->rows, &m->w.lm_head, S);
-    m->comm->gather(m->comm, s->rank, m->logits_part, m->logits_all, (int64_t)S * per, DTYPE_F32);
+    m->comm->barrier(m->comm, s->rank);
     if (s->rank != 0) return;
+    float *dst = logits_on_device ? m->logits_all : logits;
     for (int r = 0; r < s->size; r++) {
-        int64_t v0 = r * per < V ? r * per : V, nv = V - v0 < per ? V - v0 : per;
-        const float *part = m->logits_all + (size_t)r * (size_t)S * (size_t)per;
+        const llama_model_t *mr = r == 0 ? m : &m->tp->ranks[r];
+        int64_t v0 = mr->shard.vocab0, nv = mr->shard.n_vocab;
         for (int32_t i = 0; i < S; i++)
-            memcpy(logits + (size_t)i * (size_t)V + v0, part + (size_t)i * (size_t)nv, (size_t)nv * sizeof(float));
+            memcpy(dst + (size_t)i * (size_t)V + (size_t)v0, mr->logits_part + (size_t)i * (size_t)nv,
+                   (size_t)nv * sizeof(float));
     }
+    if (logits_on_device) m->ops->upload(m->ops->ctx, logits, dst, (size_t)S * (size_t)V * sizeof(float));
 }
 
 static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
@@ -252,7 +284,7 @@ static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_ca
     o->gather_rows(ctx, m->rows, m->x, in->logits_index, n_logits, hid);
     o->rmsnorm(ctx, m->rows, m->rows, &m->w.norm, n_logits, eps);
     if (m->comm)
-        sharded_logits(m, logits, n_logits);
+        sharded_logits(m, logits, n_logits, logits_on_device);
     else if (logits_on_device)
         o->logits_device(ctx, logits, m->rows, &m->w.lm_head, n_logits);
     else
@@ -264,12 +296,17 @@ typedef struct {
     const llama_inputs_t *in;
     const kv_cache_t *kv;
     float *logits;
+    bool logits_on_device;
 } tp_step_t;
 
+/* One rank's forward: its backend made current on its thread (rank 0's is
+ * the engine thread's already), its own copy of the inputs where it has one. */
 static void tp_step_rank(void *arg, int rank) {
     const tp_step_t *s = arg;
     llama_model_t *m = rank == 0 ? s->m : &s->m->tp->ranks[rank];
-    forward_rank(m, s->in, s->kv, rank == 0 ? s->logits : NULL, false);
+    if (rank != 0 && m->ops->thread_init) m->ops->thread_init(m->ops->ctx);
+    const llama_inputs_t *in = s->in->rank_in ? &s->in->rank_in[rank] : s->in;
+    forward_rank(m, in, s->kv, rank == 0 ? s->logits : NULL, s->logits_on_device);
 }
 
 void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
@@ -278,7 +315,7 @@ void llama_forward(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t 
         forward_rank(m, in, kv, logits, logits_on_device);
         return;
     }
-    SL_ASSERT(!logits_on_device && kv->n_ranks == m->tp->size);
-    tp_step_t s = {m, in, kv, logits};
+    SL_ASSERT(kv->n_ranks == m->tp->size);
+    tp_step_t s = {m, in, kv, logits, logits_on_device};
     tp_run(m->tp->group, tp_step_rank, &s);
 }
