@@ -20,6 +20,7 @@
 #include "servelab/core.h"
 #include "servelab/dtype.h"
 
+struct sl_ops; /* ops.h */
 typedef struct sl_comm sl_comm_t;
 struct sl_comm {
     const char *name;   /* "local", "nccl" */
@@ -52,6 +53,15 @@ struct sl_comm {
 /* The local communicator of `size` threads over host memory: fp32 buffers of
  * up to max_elems elements (the largest all-reduce a step makes). */
 sl_comm_t *comm_local_new(int size, int64_t max_elems);
+
+/* The shared-device communicator, a test-only mode: ranks whose buffers
+ * are backend memory (rank_ops[r]'s) but share one device, which NCCL
+ * refuses ("Duplicate GPU detected"). Each collective goes through host
+ * staging: the buffer is downloaded (which waits for the rank's work),
+ * widened to fp32, reduced as the local communicator does, and uploaded
+ * back in the buffer's dtype. Slow, exact in fp32, deterministic: it lets
+ * the sharded model run, and be checked, on one device. */
+sl_comm_t *comm_staged_new(int size, int64_t max_elems, const struct sl_ops *const *rank_ops);
 
 /* NCCL (builds with CUDA and NCCL: SERVELAB_HAVE_NCCL; comm_nccl.c): size
  * ranks on devices[r], rank r enqueuing on streams[r] (cudaStream_t), one

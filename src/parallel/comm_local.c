@@ -20,6 +20,7 @@
 
 #include "servelab/comm.h"
 #include "servelab/core.h"
+#include "servelab/ops.h"
 
 /* ---- the barrier --------------------------------------------------------------- */
 
@@ -166,6 +167,81 @@ sl_comm_t *comm_local_new(int size, int64_t max_elems) {
     sl_comm_t *c = sl_calloc(1, sizeof *c);
     *c = (sl_comm_t){.name = "local", .size = size, .impl = L, .all_reduce_sum = local_all_reduce,
                      .gather = local_gather, .barrier = local_barrier, .free = local_free,
+                     .reduce_s = sl_calloc((size_t)size, sizeof(double))};
+    return c;
+}
+
+/* ---- the shared-device communicator (comm.h) ------------------------------------ */
+
+typedef struct {
+    sl_comm_t *inner;               /* the local communicator over the staging */
+    const sl_ops_t *const *rank_ops;
+    uint8_t **raw;                  /* (size) a rank's buffer as downloaded */
+    float **f32;                    /* (size) the same widened */
+    int64_t max_elems;
+} staged_t;
+
+static void staged_all_reduce(sl_comm_t *c, int rank, void *buf, int64_t n, sl_dtype_t dt) {
+    staged_t *S = c->impl;
+    const sl_ops_t *o = S->rank_ops[rank];
+    SL_ASSERT(n <= S->max_elems);
+    size_t bytes = (size_t)n * dtype_size(dt);
+    S->inner->delay_s = c->delay_s, S->inner->delay_gbps = c->delay_gbps;
+    o->download(o->ctx, S->raw[rank], buf, bytes);
+    dtype_to_f32(S->f32[rank], S->raw[rank], dt, n);
+    S->inner->all_reduce_sum(S->inner, rank, S->f32[rank], n, DTYPE_F32);
+    dtype_from_f32(S->raw[rank], S->f32[rank], dt, n);
+    o->upload(o->ctx, buf, S->raw[rank], bytes);
+}
+
+static void staged_gather(sl_comm_t *c, int rank, const void *send, void *recv, int64_t n, sl_dtype_t dt) {
+    staged_t *S = c->impl;
+    const sl_ops_t *o = S->rank_ops[rank];
+    size_t bytes = (size_t)n * dtype_size(dt);
+    SL_ASSERT((int64_t)bytes * c->size <= S->max_elems * (int64_t)sizeof(float));
+    o->download(o->ctx, S->raw[rank], send, bytes);
+    /* Rank 0 gathers into its f32 staging (as bytes), then uploads it. */
+    S->inner->gather(S->inner, rank, S->raw[rank], rank == 0 ? (void *)S->f32[0] : NULL, (int64_t)bytes, DTYPE_U8);
+    if (rank == 0) o->upload(o->ctx, recv, S->f32[0], bytes * (size_t)c->size);
+}
+
+static void staged_barrier(sl_comm_t *c, int rank) {
+    staged_t *S = c->impl;
+    S->inner->barrier(S->inner, rank);
+}
+
+static double staged_take_reduce_s(sl_comm_t *c) { return comm_take_reduce_s(((staged_t *)c->impl)->inner); }
+
+static void staged_free(sl_comm_t *c) {
+    if (!c) return;
+    staged_t *S = c->impl;
+    for (int r = 0; r < c->size; r++) {
+        free(S->raw[r]);
+        free(S->f32[r]);
+    }
+    free(S->raw);
+    free(S->f32);
+    S->inner->free(S->inner);
+    free(S);
+    free(c->reduce_s);
+    free(c);
+}
+
+sl_comm_t *comm_staged_new(int size, int64_t max_elems, const sl_ops_t *const *rank_ops) {
+    staged_t *S = sl_calloc(1, sizeof *S);
+    S->inner = comm_local_new(size, max_elems);
+    S->rank_ops = rank_ops;
+    S->max_elems = max_elems;
+    S->raw = sl_calloc((size_t)size, sizeof *S->raw);
+    S->f32 = sl_calloc((size_t)size, sizeof *S->f32);
+    for (int r = 0; r < size; r++) {
+        S->raw[r] = sl_malloc((size_t)(max_elems > 0 ? max_elems : 1) * sizeof(float));
+        S->f32[r] = sl_malloc((size_t)(max_elems > 0 ? max_elems : 1) * sizeof(float));
+    }
+    sl_comm_t *c = sl_calloc(1, sizeof *c);
+    *c = (sl_comm_t){.name = "shared-device (test-only)", .size = size, .impl = S,
+                     .all_reduce_sum = staged_all_reduce, .gather = staged_gather, .barrier = staged_barrier,
+                     .free = staged_free, .take_reduce_s = staged_take_reduce_s,
                      .reduce_s = sl_calloc((size_t)size, sizeof(double))};
     return c;
 }

@@ -8,6 +8,12 @@
  * the committed tiny checkpoint (GQA: 2 KV heads, so 4 ranks replicate
  * them) and of an MQA model (dummy weights) at 2 and 4 ranks against 1, in
  * float32, equal to rounding and with the same argmax at every position.
+ * The same again as a device backend runs it: each rank on a backend of its
+ * own that is not host memory (the CPU ops behind a table that says so, with
+ * logits left in "device" memory), so the weights, the KV cache and each
+ * rank's copy of the batch go through alloc and upload, the all-reduce
+ * through the shared-device communicator's staging, and rank 0's assembled
+ * logits to its sampler's memory: the paths CUDA ranks take.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -147,15 +153,44 @@ static void test_local_all_reduce_is_the_rank_order_sum_on_every_rank(void) {
 
 #define B 16
 #define T_SEQ 40
+#define MAX_TP 4
+
+/* A device backend's paths on the CPU: the CPU ops, not host memory (so
+ * nothing is used in place and every copy is an upload or a download), no
+ * packed weights, and logits computed into backend memory. */
+static sl_ops_t device_like[MAX_TP];
+static const sl_ops_t *device_like_ptrs[MAX_TP];
+
+static void logits_into_backend(void *ctx, float *out, const void *in, const sl_weight_t *w, int64_t S) {
+    cpu_backend_init(2)->logits(ctx, out, in, w, S);
+}
+
+static void make_device_like(void) {
+    for (int r = 0; r < MAX_TP; r++) {
+        device_like[r] = *cpu_backend_init(2);
+        device_like[r].host_memory = 0;
+        device_like[r].packed_bytes = NULL;
+        device_like[r].pack_linear = NULL;
+        device_like[r].logits_device = logits_into_backend;
+        device_like_ptrs[r] = &device_like[r];
+    }
+}
 
 /* Teacher-forced logits (T_SEQ, V) of one sequence: one prefill step with a
- * logits row at every position. */
-static float *all_position_logits(const char *dir, const model_load_opts_t *lo0, int tp, const int32_t *ids) {
+ * logits row at every position; `device` runs it as device_like ranks. */
+static float *all_position_logits(const char *dir, const model_load_opts_t *lo0, int tp, const int32_t *ids,
+                                  bool device) {
     model_load_opts_t lo = *lo0;
     lo.tensor_parallel_size = tp;
-    llama_model_t m;
+    model_config_t cfg;
     sl_err_t err;
-    if (llama_init(&m, dir, &lo, cpu_backend_init(2), T_SEQ, T_SEQ, &err)) {
+    SL_ASSERT(config_load(dir, &cfg, &err) == 0);
+    if (device && tp > 1) {
+        lo.rank_ops = device_like_ptrs;
+        lo.comm = comm_staged_new(tp, (int64_t)T_SEQ * cfg.hidden_size, device_like_ptrs);
+    }
+    llama_model_t m;
+    if (llama_init(&m, dir, &lo, device ? device_like_ptrs[0] : cpu_backend_init(2), T_SEQ, T_SEQ, &err)) {
         fprintf(stderr, "llama_init: %s\n", err.msg);
         SL_ASSERT(0);
     }
@@ -177,6 +212,8 @@ static float *all_position_logits(const char *dir, const model_load_opts_t *lo0,
     for (int32_t j = 0; j < n_blocks; j++) b->block_tables[j] = 1 + j;
     int64_t V = m.cfg.vocab_size;
     float *logits = sl_malloc((size_t)T_SEQ * (size_t)V * sizeof(float));
+    CHECK((r.rank_batch != NULL) == (device && tp > 1));
+    CHECK((r.d_logits != NULL) == device);
     runner_forward(&r, b, &kv, logits);
     runner_free(&r);
     kv_cache_free(&kv, &m);
@@ -194,9 +231,11 @@ static int argmax(const float *x, int64_t n) {
 static void check_tp_matches_one_rank(const char *dir, const model_load_opts_t *lo, int64_t V) {
     int32_t ids[T_SEQ];
     for (int t = 0; t < T_SEQ; t++) ids[t] = 3 + (int32_t)(test_rng() % (uint64_t)(V - 3));
-    float *one = all_position_logits(dir, lo, 1, ids);
-    for (int tp = 2; tp <= 4; tp *= 2) {
-        float *many = all_position_logits(dir, lo, tp, ids);
+    float *one = all_position_logits(dir, lo, 1, ids, false);
+    for (int run = 0; run < 4; run++) {
+        int tp = run % 2 ? 4 : 2;
+        bool device = run >= 2;
+        float *many = all_position_logits(dir, lo, tp, ids, device);
         float max_diff = 0.0f, max_abs = 0.0f;
         int same_argmax = 0;
         for (int t = 0; t < T_SEQ; t++) {
@@ -207,8 +246,8 @@ static void check_tp_matches_one_rank(const char *dir, const model_load_opts_t *
             }
             same_argmax += argmax(a, V) == argmax(b, V);
         }
-        printf("  %s, %d ranks: max |logit diff| %.2e (logits up to %.1f), argmax equal at %d of %d positions\n",
-               dir, tp, max_diff, max_abs, same_argmax, T_SEQ);
+        printf("  %s, %d %s ranks: max |logit diff| %.2e (logits up to %.1f), argmax equal at %d of %d positions\n",
+               dir, tp, device ? "device-like" : "host", max_diff, max_abs, same_argmax, T_SEQ);
         /* Only the order of the row-parallel sums differs: fp32 rounding. */
         CHECK(max_diff < 1e-4f * fmaxf(1.0f, max_abs));
         CHECK_EQ_INT(same_argmax, T_SEQ);
@@ -244,6 +283,7 @@ static void test_mqa_dummy_model_at_2_and_4_ranks_matches_one_rank(void) {
 }
 
 int main(void) {
+    make_device_like();
     RUN(test_plan_splits_everything_once_and_replicates_kv_heads);
     RUN(test_plan_refuses_sizes_that_do_not_divide_the_model);
     RUN(test_local_all_reduce_is_the_rank_order_sum_on_every_rank);
