@@ -129,6 +129,11 @@ const sl_ops_t *llama_rank_ops(const llama_model_t *m, int rank);
  * CUDA selects the rank's device), before allocating or copying for it. */
 void llama_rank_select(const llama_model_t *m, int rank);
 
+/* ops.h's last_error over every rank's backend and the communicator: the
+ * largest code (0 none, 1 recoverable, 2 a device lost for good), with the
+ * first failing one's message. */
+int llama_last_error(const llama_model_t *m, char *msg, size_t cap);
+
 /* Bytes of weights every rank reads per forward, summed over the ranks. */
 size_t llama_weight_bytes(const llama_model_t *m);
 

@@ -170,7 +170,9 @@ void cpu_backend_log_kernels(const sl_ops_t *ops);
 typedef struct {
     int device;             /* CUDA device index */
     sl_dtype_t act_dtype;   /* activations, KV cache and every weight: F32, BF16 or F16 */
+    int instance;           /* which backend of this process: the tensor-parallel rank (0 with one) */
 } cuda_backend_opts_t;
+#define CUDA_MAX_INSTANCES 16
 
 typedef struct {
     char name[256];         /* "NVIDIA H200" */
@@ -185,10 +187,17 @@ typedef struct {
  * with --device cpu"). Creates the device's context as a side effect. */
 int cuda_backend_probe(int device, cuda_device_info_t *info, sl_err_t *err);
 /* Sets up the device, the stream and the cuBLAS handle for `opts` on the
- * calling thread. One backend per process: later calls with the same options
- * return the same table, other options fail. NULL with one line + hint in err
- * on failure (startup: the caller dies with it). */
+ * calling thread. One backend per instance: later calls for an instance
+ * with the same options return the same table, other options fail. Several
+ * instances (tensor-parallel ranks) have their own streams, handles and
+ * scratch, on their own devices or on one (the shared-device test mode);
+ * a thread runs an instance's ops after its thread_init. NULL with one line
+ * + hint in err on failure (startup: the caller dies with it). */
 const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err);
+/* The instance's stream (cudaStream_t), for a communicator to enqueue on. */
+void *cuda_backend_stream(const sl_ops_t *ops);
+/* CUDA devices visible to this process (0 when none answers). */
+int cuda_backend_device_count(void);
 /* Device memory now, after waiting for the backend's stream: 0, or -1 with err. */
 int cuda_backend_mem_info(const sl_ops_t *ops, int64_t *free_bytes, int64_t *total_bytes,
                           sl_err_t *err);

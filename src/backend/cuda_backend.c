@@ -95,9 +95,10 @@ typedef struct {
     char error[SL_ERR_LEN];
 } cuda_ctx_t;
 
-static cuda_ctx_t g_ctx;
-static sl_ops_t g_ops;
-static int g_ready;
+/* The backends of this process: one per tensor-parallel rank (instance). */
+static cuda_ctx_t g_ctx[CUDA_MAX_INSTANCES];
+static sl_ops_t g_ops[CUDA_MAX_INSTANCES];
+static int g_ready[CUDA_MAX_INSTANCES];
 
 /* ---- errors ----------------------------------------------------------------- */
 
@@ -578,6 +579,15 @@ static int init_blas(cublasStatus_t s, const char *call, sl_err_t *err) {
                    "driver, or run with --device cpu", cublasGetStatusString(s), call);
 }
 
+int cuda_backend_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 int cuda_backend_probe(int device, cuda_device_info_t *info, sl_err_t *err) {
     memset(info, 0, sizeof *info);
     int n = 0;
@@ -620,10 +630,15 @@ static void teardown(cuda_ctx_t *c) {
 }
 
 const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err) {
-    if (g_ready) {
-        if (g_ctx.device == opts->device && g_ctx.dt == opts->act_dtype) return &g_ops;
-        sl_fail(err, "the CUDA backend is already set up for device %d with %s activations", g_ctx.device,
-                dtype_torch_name(g_ctx.dt));
+    int k = opts->instance;
+    if (k < 0 || k >= CUDA_MAX_INSTANCES) {
+        sl_fail(err, "CUDA backend instance %d: at most %d per process", k, CUDA_MAX_INSTANCES);
+        return NULL;
+    }
+    if (g_ready[k]) {
+        if (g_ctx[k].device == opts->device && g_ctx[k].dt == opts->act_dtype) return &g_ops[k];
+        sl_fail(err, "the CUDA backend (instance %d) is already set up for device %d with %s activations", k,
+                g_ctx[k].device, dtype_torch_name(g_ctx[k].dt));
         return NULL;
     }
     if (opts->act_dtype != DTYPE_F32 && opts->act_dtype != DTYPE_BF16 && opts->act_dtype != DTYPE_F16) {
@@ -634,7 +649,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
     cuda_device_info_t info;
     if (cuda_backend_probe(opts->device, &info, err)) return NULL;
 
-    cuda_ctx_t *c = &g_ctx;
+    cuda_ctx_t *c = &g_ctx[k];
     memset(c, 0, sizeof *c);
     c->device = opts->device;
     c->dt = opts->act_dtype;
@@ -671,7 +686,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         return NULL;
     }
 
-    g_ops = (sl_ops_t){
+    g_ops[k] = (sl_ops_t){
         .name = "cuda",
         .ctx = c,
         .act_dtype = c->dt,
@@ -702,9 +717,11 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .graph_launch = cu_graph_launch,
         .graph_free = cu_graph_free,
     };
-    g_ready = 1;
-    return &g_ops;
+    g_ready[k] = 1;
+    return &g_ops[k];
 }
+
+void *cuda_backend_stream(const sl_ops_t *ops) { return ((cuda_ctx_t *)ops->ctx)->stream; }
 
 int cuda_backend_mem_info(const sl_ops_t *ops, int64_t *free_bytes, int64_t *total_bytes, sl_err_t *err) {
     cuda_ctx_t *c = ops->ctx;

@@ -150,6 +150,52 @@ static int capture_graphs(engine_t *e, sl_err_t *err) {
     return 0;
 }
 
+/* Tensor parallelism on CUDA: a backend instance per rank, on devices
+ * 0..N-1 with NCCL between them, or every rank on device 0 with the
+ * shared-device communicator (SERVELAB_TP_SHARED_DEVICE=1, a test-only mode:
+ * NCCL refuses two ranks on one device, and this lets the sharded model be
+ * checked on one). rank_ops and *comm on success; 0 or -1 with err. */
+static int cuda_ranks(int64_t max_elems, sl_dtype_t act, int tp, bool shared, const sl_ops_t **rank_ops,
+                      sl_comm_t **comm, sl_err_t *err) {
+    int n_dev = cuda_backend_device_count();
+    if (!shared && tp > n_dev)
+        return sl_fail(err, "tensor_parallel_size (%d) is larger than the number of CUDA devices this process can "
+                       "use (%d). Hint: --tensor-parallel-size %d, or SERVELAB_TP_SHARED_DEVICE=1 (a test-only mode: "
+                       "every rank on device 0)", tp, n_dev, n_dev > 0 ? n_dev : 1);
+#ifndef SERVELAB_HAVE_NCCL
+    if (!shared)
+        return sl_fail(err, "tensor_parallel_size %d on CUDA: this servelab was built without NCCL. Hint: install "
+                       "NCCL and rebuild, or SERVELAB_TP_SHARED_DEVICE=1 (a test-only mode: every rank on device 0)",
+                       tp);
+#endif
+    int devices[CUDA_MAX_INSTANCES];
+    void *streams[CUDA_MAX_INSTANCES];
+    if (tp > CUDA_MAX_INSTANCES)
+        return sl_fail(err, "tensor_parallel_size %d: at most %d ranks on CUDA", tp, CUDA_MAX_INSTANCES);
+    for (int r = 0; r < tp; r++) {
+        devices[r] = shared ? 0 : r;
+        cuda_backend_opts_t o = {.device = devices[r], .act_dtype = act, .instance = r};
+        if (!(rank_ops[r] = cuda_backend_init(&o, err))) return -1;
+        streams[r] = cuda_backend_stream(rank_ops[r]);
+    }
+    rank_ops[0]->thread_init(rank_ops[0]->ctx);
+    if (shared) {
+        *comm = comm_staged_new(tp, max_elems, rank_ops);
+        LOG_WARNING("SERVELAB_TP_SHARED_DEVICE=1: %d tensor-parallel ranks share CUDA device 0 and reduce through "
+                    "host memory. A test-only mode: correct, not fast.", tp);
+        return 0;
+    }
+#ifdef SERVELAB_HAVE_NCCL
+    char v[32];
+    if (!(*comm = comm_nccl_new(tp, devices, streams, err))) return -1;
+    LOG_INFO("vLLM is using nccl==%s", comm_nccl_version(v, sizeof v) ? v : "unknown");
+    LOG_INFO("world_size=%d: one NCCL communicator per device, devices 0..%d", tp, tp - 1);
+#else
+    (void)streams;
+#endif
+    return 0;
+}
+
 static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const cuda_device_info_t *info,
                            sl_err_t *err) {
     sched_config_t *sc = &c->sched;
@@ -161,19 +207,37 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         return NULL;
     }
     cuda_backend_opts_t opts = {.device = 0, .act_dtype = act};
-    const sl_ops_t *ops = c->ops ? c->ops : cuda_backend_init(&opts, err);
+    int tp = c->load.tensor_parallel_size > 1 ? c->load.tensor_parallel_size : 1;
+    const char *shared_env = getenv("SERVELAB_TP_SHARED_DEVICE");
+    bool shared = tp > 1 && shared_env && !strcmp(shared_env, "1");
+    const sl_ops_t *rank_ops[CUDA_MAX_INSTANCES];
+    sl_comm_t *comm = NULL;
+    if (tp > 1 && c->ops) {
+        sl_fail(err, "tensor parallelism on CUDA runs on the process's own backends, not a test's");
+        return NULL;
+    }
+    if (tp > 1 && cuda_ranks((int64_t)sc->max_num_batched_tokens * mc->hidden_size, act, tp, shared, rank_ops,
+                             &comm, err))
+        return NULL;
+    const sl_ops_t *ops = c->ops ? c->ops : tp > 1 ? rank_ops[0] : cuda_backend_init(&opts, err);
     if (!ops) return NULL;
 
     /* vLLM's init_device: this instance's share must be free before anything loads. */
     int64_t free0, total, free1, free2, requested;
     if (cuda_backend_mem_info(ops, &free0, &total, err) ||
-        kv_sizing_check_startup(opts.device, total, free0, c->gpu_memory_utilization, &requested, err))
+        kv_sizing_check_startup(opts.device, total, free0, c->gpu_memory_utilization, &requested, err)) {
+        if (comm) comm->free(comm);
         return NULL;
+    }
 
     /* Every weight in the activation dtype: the kernels and cuBLAS take one dtype. */
     model_load_opts_t load = c->load;
     load.dtype_auto = false;
     load.dtype = act;
+    if (tp > 1) {
+        load.rank_ops = rank_ops;
+        load.comm = comm; /* the model owns it from here on, failure included */
+    }
     llama_model_t m;
     tokenizer_t *tok;
     if (load_model(c, &load, ops, &m, &tok, err)) return NULL;
@@ -181,6 +245,9 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
     LOG_INFO("Using CUDA device %d: %s (compute capability %d.%d, %.2f GiB), %s activations", opts.device,
              info->name, info->cc_major, info->cc_minor, (double)info->total_bytes / GIB, dtype_torch_name(act));
     log_cast(mc->torch_dtype, act);
+    /* What the weights take on device 0: rank 0's shard, or with the ranks
+     * sharing it (the test-only mode) every rank's, as their KV caches will. */
+    int64_t on_device0 = (int64_t)(shared ? llama_weight_bytes(&m) : m.w.n_bytes);
 
     /* Profiling and warm-up run on a runner of their own (its batch buffers
      * are counted in the activation peak, as the engine's will be). */
@@ -214,17 +281,17 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         profile_s = sl_now_s() - t0;
         /* Everything this process holds beyond the weights: scratch activations,
          * batch buffers, workspaces, cuBLAS. */
-        activation = free0 - free2 - (int64_t)m.w.n_bytes;
+        activation = free0 - free2 - on_device0;
     } else {
-        activation = free0 - free1 - (int64_t)m.w.n_bytes;
+        activation = free0 - free1 - on_device0;
     }
     if (activation < 0) activation = 0; /* another process freed memory meanwhile */
 
     kv_sizing_in_t in = {
         .device = opts.device, .total_bytes = total, .free_at_start_bytes = free0,
-        .gpu_memory_utilization = c->gpu_memory_utilization, .weights_bytes = (int64_t)m.w.n_bytes,
+        .gpu_memory_utilization = c->gpu_memory_utilization, .weights_bytes = on_device0,
         .activation_peak_bytes = activation,
-        .block_bytes = (int64_t)llama_kv_block_bytes(&m, B), .block_size = B,
+        .block_bytes = (int64_t)llama_kv_block_bytes(&m, B) * (shared ? tp : 1), .block_size = B,
         .max_model_len = L, .num_gpu_blocks_override = c->num_gpu_blocks_override,
         .kv_cache_memory_bytes = c->kv_cache_memory_bytes,
     };
@@ -235,7 +302,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
                  "(%.2fGiB) x gpu_memory_utilization (%.2f) = %.2fGiB; model weights take %.2fGiB; activation "
                  "peak memory takes %.2fGiB; the rest of the memory reserved for KV Cache is %.2fGiB.",
                  profile_s, (double)total / GIB, c->gpu_memory_utilization, (double)sized.requested_bytes / GIB,
-                 (double)m.w.n_bytes / GIB, (double)activation / GIB, (double)sized.available_bytes / GIB);
+                 (double)on_device0 / GIB, (double)activation / GIB, (double)sized.available_bytes / GIB);
     if (sized.from_kv_cache_memory_bytes) {
         char f[32], r[32];
         LOG_INFO("Initial free memory %s GiB, reserved %s GiB memory for KV Cache as specified by "
@@ -258,7 +325,11 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
 
     /* engine_assemble sizes the pool from these bytes exactly as kv_sizing did
      * (floor(bytes / block_bytes)); an override it takes as is. */
-    if (!sized.overridden) c->kv_cache_memory_bytes = sized.available_bytes;
+    if (!sized.overridden) c->kv_cache_memory_bytes = sized.available_bytes / (shared ? tp : 1);
+    if (tp > 1 && !c->enforce_eager) {
+        LOG_INFO("CUDA graphs are not captured with tensor parallelism: decode runs eagerly.");
+        c->enforce_eager = true;
+    }
     engine_t *e = assemble(c, &m, tok, err);
     if (!e) return NULL;
     SL_ASSERT(kv_pool_n_blocks(&e->pool) == sized.n_blocks);

@@ -379,9 +379,8 @@ int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const
     runner_forward(r, &r->batch, &r->kv, r->d_logits ? NULL : r->logits);
     if (noise && n_rows > 0) add_logit_noise(r, sampled, n_rows, noise);
     if (n_rows > 0) sample_rows(r, sampled, n_rows, out);
-    /* One check for both: on a device it is a synchronization. */
-    const sl_ops_t *o = r->ops;
-    return o->last_error ? o->last_error(o->ctx, msg, msg_cap) : 0;
+    /* One check for both (every rank's backend): on a device it is a synchronization. */
+    return llama_last_error(r->model, msg, msg_cap);
 }
 
 /* ---- startup's dummy steps (profiling, warm-up) -------------------------------------- */

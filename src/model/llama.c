@@ -173,6 +173,24 @@ void llama_rank_select(const llama_model_t *m, int rank) {
     if (o->thread_init) o->thread_init(o->ctx);
 }
 
+int llama_last_error(const llama_model_t *m, char *msg, size_t cap) {
+    int worst = 0;
+    int n = m->tp ? m->tp->size : 1;
+    for (int r = 0; r < n; r++) {
+        const sl_ops_t *o = llama_rank_ops(m, r);
+        char this_msg[SL_ERR_LEN];
+        int rc = o->last_error ? o->last_error(o->ctx, this_msg, sizeof this_msg) : 0;
+        if (rc && !worst) snprintf(msg, cap, "%s%s", n > 1 ? (r ? "a tensor-parallel rank: " : "") : "", this_msg);
+        if (rc > worst) worst = rc;
+    }
+    char comm_msg[SL_ERR_LEN];
+    if (m->comm && m->comm->last_error && m->comm->last_error(m->comm, comm_msg, sizeof comm_msg)) {
+        if (!worst) snprintf(msg, cap, "%s", comm_msg);
+        worst = 2; /* a failed collective leaves the ranks out of step for good */
+    }
+    return worst;
+}
+
 size_t llama_weight_bytes(const llama_model_t *m) {
     size_t n = m->w.n_bytes;
     for (int r = 1; m->tp && r < m->tp->size; r++) n += m->tp->ranks[r].w.n_bytes;
