@@ -261,13 +261,13 @@ static void rope_case(kb_ctx_t *c, const kb_model_t *m, int64_t T) {
 
 typedef struct {
     void *out, *table, *ids;
-    int64_t T, n;
+    int64_t T, n, V;
     sl_dtype_t dt;
 } embed_arg_t;
 
 static void launch_embed(kb_ctx_t *c, void *arg) {
     embed_arg_t *a = arg;
-    KB_LAUNCH(slk_embed(a->out, a->table, a->ids, a->T, a->n, a->dt, c->stream));
+    KB_LAUNCH(slk_embed(a->out, a->table, a->ids, a->T, a->n, 0, a->V, a->dt, c->stream));
 }
 
 static void embed_case(kb_ctx_t *c, const kb_model_t *m, int64_t T) {
@@ -277,7 +277,7 @@ static void embed_case(kb_ctx_t *c, const kb_model_t *m, int64_t T) {
     snprintf(shape, sizeof shape, "T=%lld,n=%lld,V=%lld", (long long)T, (long long)n, (long long)V);
     kb_set_case("embed", m->name, shape);
     embed_arg_t a = {kb_try_alloc((size_t)(T * n) * (size_t)c->es), kb_try_alloc((size_t)(V * n) * (size_t)c->es),
-                     kb_try_alloc((size_t)T * sizeof(int32_t)), T, n, dt};
+                     kb_try_alloc((size_t)T * sizeof(int32_t)), T, n, V, dt};
     void *ptrs[3] = {a.out, a.table, a.ids};
     if (!a.out || !a.table || !a.ids) {
         kb_free_all(ptrs, 3);

@@ -10,7 +10,7 @@
  * registers). Reductions are fp32 butterflies (every lane gets the sum).
  * Launchers pick the instantiation with SLK_DISPATCH and end with
  * slk::launch_result(). slk::copy_rows (elementwise.cu) is the dtype-blind
- * row copy behind embed, gather_rows and kv_write. Nothing here is visible
+ * row copy behind gather_rows and kv_write. Nothing here is visible
  * to C: kernels.h is the only seam.
  */
 #ifndef SERVELAB_KERNELS_CUDA_COMMON_CUH

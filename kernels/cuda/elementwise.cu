@@ -5,7 +5,9 @@
  * - row copies (embed, gather_rows, and kv_write in rope_kv.cu): grid
  *   (accesses of a row / threads, rows, pairs of arrays); the access is the
  *   widest of 16/8/4/2/1 bytes dividing every address and the row size, so a
- *   copy is dtype-blind and has no tail.
+ *   copy is dtype-blind and has no tail. embed has its own kernel on the same
+ *   plan: a vocabulary shard maps an id to a table row or to a row of zeros,
+ *   a range check the plain copies (gather_rows, kv_write) do not pay.
  * - flat ops (add, silu_mul): 256 threads, grid-stride over 16-byte packs when
  *   every pointer is 16-byte aligned (else single elements), then a scalar
  *   tail for the n % pack elements.
@@ -56,6 +58,34 @@ template <typename W> __global__ void __launch_bounds__(256) copy_rows_kernel(co
         W *drow = dst + d * a.words;
         for (int64_t c = first; c < a.words; c += stride) drow[c] = srow[c];
     }
+}
+
+/* out row t = table row ids[t] - vocab0 when that is in [0, n_rows), else a
+ * row of zeros (the ids of another rank's vocabulary shard). */
+template <typename W>
+__global__ void __launch_bounds__(256)
+    embed_kernel(W *__restrict__ out, const W *__restrict__ table, const int32_t *__restrict__ ids, int64_t T,
+                 int64_t words, int64_t vocab0, int64_t n_rows) {
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+        const int64_t row = (int64_t)ids[t] - vocab0;
+        W *drow = out + t * words;
+        if (row >= 0 && row < n_rows) {
+            const W *srow = table + row * words;
+            for (int64_t c = first; c < words; c += stride) drow[c] = srow[c];
+        } else {
+            for (int64_t c = first; c < words; c += stride) drow[c] = W{};
+        }
+    }
+}
+
+template <typename W>
+int launch_embed(const slk_copy_plan_t &p, void *out, const void *table, const int32_t *ids, int64_t T,
+                 int64_t vocab0, int64_t n_rows, int64_t row_bytes, cudaStream_t st) {
+    const dim3 grid((unsigned)p.blocks_x, (unsigned)p.blocks_y);
+    embed_kernel<W><<<grid, p.threads, 0, st>>>(static_cast<W *>(out), static_cast<const W *>(table), ids, T,
+                                                row_bytes / p.width, vocab0, n_rows);
+    return slk::launch_result();
 }
 
 }  // namespace
@@ -241,11 +271,21 @@ int launch_norm(void *x_out, const void *x, const void *y, const void *w, void *
 
 /* ---- launchers (kernels.h) --------------------------------------------------- */
 
-extern "C" int slk_embed(void *out, const void *table, const int32_t *ids, int64_t T, int64_t n, sl_dtype_t dt,
-                         void *stream) {
+extern "C" int slk_embed(void *out, const void *table, const int32_t *ids, int64_t T, int64_t n, int64_t vocab0,
+                         int64_t n_rows, sl_dtype_t dt, void *stream) {
     const int eb = slk_elem_bytes(dt);
-    if (!eb || T < 0 || n < 0) return (int)cudaErrorInvalidValue;
-    return slk::copy_rows(out, table, nullptr, nullptr, ids, nullptr, T, n * eb, slk::as_stream(stream));
+    if (!eb || T < 0 || n < 0 || vocab0 < 0 || n_rows < 0) return (int)cudaErrorInvalidValue;
+    if (T == 0 || n == 0) return 0;
+    const int64_t row_bytes = n * eb;
+    const slk_copy_plan_t p = slk_plan_copy(T, row_bytes, slk::or_addr(out, table));
+    const cudaStream_t st = slk::as_stream(stream);
+    switch (p.width) {
+    case 16: return launch_embed<uint4>(p, out, table, ids, T, vocab0, n_rows, row_bytes, st);
+    case 8: return launch_embed<uint2>(p, out, table, ids, T, vocab0, n_rows, row_bytes, st);
+    case 4: return launch_embed<uint32_t>(p, out, table, ids, T, vocab0, n_rows, row_bytes, st);
+    case 2: return launch_embed<uint16_t>(p, out, table, ids, T, vocab0, n_rows, row_bytes, st);
+    default: return launch_embed<uint8_t>(p, out, table, ids, T, vocab0, n_rows, row_bytes, st);
+    }
 }
 
 extern "C" int slk_gather_rows(void *out, const void *in, const int32_t *idx, int64_t S, int64_t n, sl_dtype_t dt,

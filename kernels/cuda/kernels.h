@@ -22,9 +22,14 @@
 extern "C" {
 #endif
 
-/* out(T, n) = table(V, n)[ids[t]] */
-int slk_embed(void *out, const void *table, const int32_t *ids, int64_t T, int64_t n, sl_dtype_t dt,
-              void *stream);
+/* out(T, n) = table(n_rows, n)[ids[t] - vocab0] where 0 <= ids[t] - vocab0 <
+ * n_rows, else a row of zeros: the table holds rows [vocab0, vocab0 + n_rows)
+ * of the (V, n) embedding (a tensor-parallel vocabulary shard; the whole
+ * table is vocab0 = 0, n_rows = V). Returns cudaErrorInvalidValue for a
+ * negative vocab0 or n_rows; no launch when T or n is 0. out must not
+ * overlap table. */
+int slk_embed(void *out, const void *table, const int32_t *ids, int64_t T, int64_t n, int64_t vocab0,
+              int64_t n_rows, sl_dtype_t dt, void *stream);
 /* out(T, n) = in * rsqrt(mean(in^2) + eps) * w(n); out may alias in */
 int slk_rmsnorm(void *out, const void *in, const void *w, int64_t T, int64_t n, float eps, sl_dtype_t dt,
                 void *stream);

@@ -341,19 +341,13 @@ static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in,
 
 /* ---- ops ----------------------------------------------------------------------- */
 
-/* Tensor parallelism runs on the CPU backend only so far (engine_boot.c
- * refuses -tp > 1 on CUDA), so the table is always whole here. */
+/* table holds rows [vocab0, vocab0 + table->rows) of the embedding; other ids get zeros. */
 static void op_embed(void *ctx, void *out, const sl_weight_t *table, const int32_t *ids, int64_t T,
                      int64_t vocab0) {
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
-    if (vocab0 != 0) {
-        record(c, __LINE__, "embed: a vocabulary shard (vocab0 %lld) is not supported by the CUDA backend",
-               (long long)vocab0);
-        return;
-    }
     check_weight(c, table);
-    LAUNCH(c, slk_embed, (out, table->data, ids, T, table->cols, c->dt, c->stream));
+    LAUNCH(c, slk_embed, (out, table->data, ids, T, table->cols, vocab0, table->rows, c->dt, c->stream));
     op_end(c, "embed");
 }
 

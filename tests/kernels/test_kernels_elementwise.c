@@ -11,7 +11,7 @@
  * more rows than the grid cap (the kernels' stride loops).
  *
  * Tolerances, in units of kt_eps(dt) (one rounding of the output):
- * - copies (embed, gather_rows, kv_write) and add: exact. add is one IEEE
+ * - copies (embed, its vocabulary shard, gather_rows, kv_write) and add: exact. add is one IEEE
  *   fp32 addition of the same two values, then the same rounding.
  * - a 16-bit output that is one rounding of near-equal fp32 values (every
  *   op but the copies): 1. The fp32 values differ by far less than an ulp
@@ -158,7 +158,7 @@ static void embed_case(sl_dtype_t dt, int64_t T, int64_t n) {
     int32_t *ids = make_indices(T, V);
     void *d_table = kt_upload(table, V * n, dt), *d_ids = kt_upload_raw(ids, (size_t)T * sizeof(int32_t));
     void *d_out = dev_poisoned(T * n, dt);
-    expect_rc(slk_embed(d_out, d_table, d_ids, T, n, dt, stream), ctx);
+    expect_rc(slk_embed(d_out, d_table, d_ids, T, n, 0, V, dt, stream), ctx);
     kt_download(got, d_out, T * n, dt);
     void *raw = host_dt(table, V * n, dt);
     cpu_embed(want, raw, dt, n, ids, T);
@@ -171,6 +171,53 @@ static void test_embed_copies_the_rows_of_each_id(void) {
     for (int d = 0; d < N_DTS; d++)
         for (int i = 0; i < N_NS; i++)
             for (int j = 0; j < N_TS; j++) embed_case(DTS[d], TS[j], NS[i]);
+}
+
+static int64_t n_shard_cases, n_shard_hits, n_shard_misses;
+
+/* One rank's vocabulary shard: the device table holds rows [vocab0, vocab0 +
+ * n_rows) of a V-row embedding, ids range over all of V. The first ids are
+ * the range's edges (its first row, the id just below it, the id just past
+ * it, its last row), so even T = 1 looks a row up and T >= 3 meets both
+ * kinds; out is NaN-poisoned, so a skipped zero row fails. */
+static void embed_shard_case(sl_dtype_t dt, int64_t T, int64_t n, int64_t V, int64_t vocab0, int64_t n_rows) {
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "embed shard [%lld, %lld) of V=%lld T=%lld n=%lld", (long long)vocab0,
+             (long long)(vocab0 + n_rows), (long long)V, (long long)T, (long long)n);
+    float *table = rand_vec(n_rows * n, -1.0f, 1.0f, dt), *got = fvec(T * n), *want = fvec(T * n);
+    int32_t *ids = make_indices(T, V);
+    const int64_t edges[4] = {vocab0, vocab0 - 1, vocab0 + n_rows, vocab0 + n_rows - 1};
+    for (int64_t t = 0; t < T && t < 4; t++)
+        if (edges[t] >= 0 && edges[t] < V) ids[t] = (int32_t)edges[t];
+    for (int64_t t = 0; t < T; t++) {
+        int hit = ids[t] >= vocab0 && ids[t] < vocab0 + n_rows;
+        n_shard_hits += hit, n_shard_misses += !hit;
+    }
+    void *d_table = kt_upload(table, n_rows * n, dt), *d_ids = kt_upload_raw(ids, (size_t)T * sizeof(int32_t));
+    void *d_out = dev_poisoned(T * n, dt);
+    expect_rc(slk_embed(d_out, d_table, d_ids, T, n, vocab0, n_rows, dt, stream), ctx);
+    kt_download(got, d_out, T * n, dt);
+    void *raw = host_dt(table, n_rows * n, dt);
+    cpu_embed_shard(want, raw, dt, n, ids, T, vocab0, n_rows);
+    expect_exact(ctx, got, want, T * n, dt);
+    n_shard_cases++;
+    free(raw), free(table), free(got), free(want), free(ids);
+    cudaFree(d_table), cudaFree(d_ids), cudaFree(d_out);
+}
+
+static void test_embed_shard_zeroes_the_ids_of_other_ranks(void) {
+    const int64_t V = 37;
+    n_shard_cases = n_shard_hits = n_shard_misses = 0;
+    for (int d = 0; d < N_DTS; d++) {
+        for (int i = 0; i < N_NS; i++)
+            for (int j = 0; j < N_TS; j++) {
+                embed_shard_case(DTS[d], TS[j], NS[i], V, 11, 13); /* a middle rank */
+                embed_shard_case(DTS[d], TS[j], NS[i], V, 26, 11); /* the last rank: its range ends at V */
+            }
+        embed_shard_case(DTS[d], 70000, 3, V, 11, 13); /* more rows than the grid's 65535: the row loop */
+    }
+    printf("     embed shard: %lld cases, %lld rows looked up, %lld zero rows\n", (long long)n_shard_cases,
+           (long long)n_shard_hits, (long long)n_shard_misses);
 }
 
 static void gather_case(sl_dtype_t dt, int64_t S, int64_t n) {
@@ -439,7 +486,9 @@ static void test_empty_work_launches_nothing_and_bad_dtype_is_rejected(void) {
     const int bad = (int)cudaErrorInvalidValue;
     for (int d = 0; d < N_DTS; d++) {
         sl_dtype_t dt = DTS[d];
-        CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 0, 64, dt, stream), 0);
+        CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 0, 64, 0, 37, dt, stream), 0);
+        CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 1, 64, -1, 37, dt, stream), bad);
+        CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 1, 64, 0, -1, dt, stream), bad);
         CHECK_EQ_INT(slk_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-5f, dt, stream), 0);
         CHECK_EQ_INT(slk_add_rmsnorm(NULL, NULL, NULL, NULL, 0, 64, 1e-5f, dt, stream), 0);
         CHECK_EQ_INT(slk_add(NULL, NULL, 0, dt, stream), 0);
@@ -451,7 +500,7 @@ static void test_empty_work_launches_nothing_and_bad_dtype_is_rejected(void) {
                      0);
     }
     sl_dtype_t dt = DTYPE_I32;
-    CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 1, 64, dt, stream), bad);
+    CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 1, 64, 0, 37, dt, stream), bad);
     CHECK_EQ_INT(slk_rmsnorm(NULL, NULL, NULL, 1, 64, 1e-5f, dt, stream), bad);
     CHECK_EQ_INT(slk_add_rmsnorm(NULL, NULL, NULL, NULL, 1, 64, 1e-5f, dt, stream), bad);
     CHECK_EQ_INT(slk_add(NULL, NULL, 64, dt, stream), bad);
@@ -472,6 +521,7 @@ int main(void) {
     KT_CUDA(cudaStreamCreate(&stream));
     RUN(test_empty_work_launches_nothing_and_bad_dtype_is_rejected);
     RUN(test_embed_copies_the_rows_of_each_id);
+    RUN(test_embed_shard_zeroes_the_ids_of_other_ranks);
     RUN(test_gather_rows_picks_the_indexed_rows);
     RUN(test_add_matches_cpu);
     RUN(test_silu_mul_matches_cpu);
