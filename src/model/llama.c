@@ -11,6 +11,10 @@
  * The inputs are in backend memory already and nothing here depends on
  * their values, which is what lets the model runner record this sequence
  * once per batch shape as a CUDA graph and replay it.
+ * With tensor parallelism (docs/architecture.md, "Tensor parallelism") the
+ * model is rank 0 of a group: every rank runs the same sequence on its
+ * shard, on its own thread, with an all-reduce after the embedding, o_proj
+ * and down_proj, and rank 0 assembles the logits.
  */
 #include <math.h>
 #include <stdbool.h>

@@ -16,7 +16,10 @@
  * after the step. A failed call is recorded (the first message kept) and
  * the collectives after it do nothing; last_error reports it, as the CUDA
  * backend's own op failures are reported (ops.h).
- * The lab's allreduce_delay acts in the local communicator only so far.
+ * The lab's allreduce_delay: after each all-reduce, a host function on the
+ * rank's stream (cudaLaunchHostFunc) sleeps for the delay, so the stream,
+ * and everything the rank enqueues after the collective, really waits; the
+ * events around the all-reduce take the wait in, as a slow link's would.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
@@ -26,11 +29,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "servelab/comm.h"
 #include "servelab/core.h"
 
 #define MAX_TIMED 512 /* rank 0's all-reduces timed per step (a Llama step makes 2 x layers + 1) */
+
+/* The delay of one slowed all-reduce, slept on the stream by a host function.
+ * The host function may not call CUDA; it only sleeps. */
+static void CUDART_CB sleep_on_stream(void *arg) {
+    double s = *(const double *)arg;
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
 
 typedef struct {
     int *devices;
@@ -40,6 +52,9 @@ typedef struct {
     /* Rank 0's timing: an event pair per all-reduce since the last take. */
     cudaEvent_t ev[MAX_TIMED][2];
     int n_timed;
+    /* allreduce_delay: each rank's delays of the step, read by its stream's host functions. */
+    double (*delays)[MAX_TIMED];
+    int *n_delays;
     /* The first failure (any rank), under mu. */
     pthread_mutex_t mu;
     int failed;
@@ -89,6 +104,13 @@ static void nccl_all_reduce(sl_comm_t *c, int rank, void *buf, int64_t n, sl_dty
     int timed = rank == 0 && N->n_timed < MAX_TIMED;
     if (timed) cuda_ok(N, cudaEventRecord(N->ev[N->n_timed][0], st), "cudaEventRecord");
     nccl_ok(N, ncclAllReduce(buf, buf, (size_t)n, t, ncclSum, N->comms[rank], st), "ncclAllReduce");
+    if (c->delay_s > 0 || c->delay_gbps > 0) {
+        /* A slot per all-reduce of the step (a slot is read when its host
+         * function runs, before the step's end, so the ring wraps safely). */
+        double *d = &N->delays[rank][N->n_delays[rank]++ % MAX_TIMED];
+        *d = c->delay_s + (c->delay_gbps > 0 ? (double)n * (double)dtype_size(dt) / (c->delay_gbps * 1e9) : 0.0);
+        cuda_ok(N, cudaLaunchHostFunc(st, sleep_on_stream, d), "cudaLaunchHostFunc");
+    }
     if (timed) {
         cuda_ok(N, cudaEventRecord(N->ev[N->n_timed][1], st), "cudaEventRecord");
         N->n_timed++;
@@ -154,6 +176,8 @@ static void nccl_free(sl_comm_t *c) {
         }
     }
     barrier_free(N->bar);
+    free(N->delays);
+    free(N->n_delays);
     pthread_mutex_destroy(&N->mu);
     free(N->devices);
     free(N->streams);
@@ -170,6 +194,8 @@ sl_comm_t *comm_nccl_new(int size, const int *devices, void *const *streams, sl_
     N->streams = sl_malloc((size_t)size * sizeof *N->streams);
     N->comms = sl_calloc((size_t)size, sizeof *N->comms);
     N->bar = barrier_new(size);
+    N->delays = sl_calloc((size_t)size, sizeof *N->delays);
+    N->n_delays = sl_calloc((size_t)size, sizeof *N->n_delays);
     memcpy(N->devices, devices, (size_t)size * sizeof *devices);
     for (int r = 0; r < size; r++) N->streams[r] = (cudaStream_t)streams[r];
     sl_comm_t *c = sl_calloc(1, sizeof *c);
