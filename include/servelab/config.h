@@ -16,6 +16,21 @@
 #include "servelab/dtype.h"
 
 #define CONFIG_MAX_EOS 8
+#define CONFIG_MAX_NOT_CONVERT 16
+
+/* The checkpoint's quantization (quantization_config, or vLLM's
+ * quant_config.json / quantize_config.json next to config.json). */
+typedef enum { QUANT_NONE, QUANT_AWQ } quant_method_t;
+
+typedef struct {
+    quant_method_t method;
+    int32_t bits;           /* 4 */
+    int32_t group_size;     /* input rows per group; -1: the whole input */
+    /* modules_to_not_convert: a linear whose name contains one of these stays
+     * unquantized (vLLM's is_layer_skipped_awq). */
+    char not_convert[CONFIG_MAX_NOT_CONVERT][96];
+    int n_not_convert;
+} quant_config_t;
 
 typedef struct {
     char architecture[64];  /* "LlamaForCausalLM" or "MistralForCausalLM" */
@@ -35,13 +50,19 @@ typedef struct {
     int32_t bos_token_id;       /* -1 when absent */
     int32_t eos_token_ids[CONFIG_MAX_EOS];
     int n_eos_token_ids;
+    quant_config_t quant;
 } model_config_t;
+
+/* Whether the linear called `name` ("model.layers.0.self_attn.q_proj") is
+ * quantized in a checkpoint of cfg. */
+bool config_linear_quantized(const model_config_t *cfg, const char *name);
 
 /* Parses `json` (the text of a config.json; `path` is only used in messages).
  * Returns 0, or -1 with one line in `err` naming the file and the field. */
 int config_parse(const char *json, const char *path, model_config_t *cfg, sl_err_t *err);
 
-/* Reads and parses MODEL_DIR/config.json. */
+/* Reads and parses MODEL_DIR/config.json; without a quantization_config in
+ * it, MODEL_DIR/quant_config.json or quantize_config.json when present. */
 int config_load(const char *model_dir, model_config_t *cfg, sl_err_t *err);
 
 /* Merges generation_config.json's bos/eos ids into `cfg` when the file exists

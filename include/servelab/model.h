@@ -35,6 +35,7 @@ typedef struct {
     uint64_t seed;          /* dummy weights */
     bool progress;          /* progress bar on stderr if loading takes > 1 s */
     int tensor_parallel_size; /* ranks (<= 1: one); tp.h */
+    const char *quantization; /* --quantization: "awq" or "awq_marlin" (NULL: the checkpoint's) */
     /* Several ranks: rank r's backend (NULL: every rank on llama_init's ops,
      * which must then be host memory), and the communicator they reduce
      * through (NULL: a local one over host memory). llama_free frees it. */

@@ -26,6 +26,13 @@ typedef struct {
     const void *packed;
     sl_dtype_t dtype;
     int64_t rows, cols;
+    /* AWQ 4-bit (awq_group > 0, the input rows per group; dtype DTYPE_I32):
+     * data is AutoAWQ's qweight int32 (cols, rows / 8), qzeros int32
+     * (cols / G, rows / 8) and scales fp16 (cols / G, rows); each int32 holds
+     * 8 output columns in the order 0, 2, 4, 6, 1, 3, 5, 7, and
+     * w = (q - z) * s. Only linear and logits read it, through packed. */
+    const void *qzeros, *scales;
+    int64_t awq_group;
 } sl_weight_t;
 
 /* The batch metadata as the attention op reads it: counts are host values,

@@ -52,19 +52,27 @@ static void op_rmsnorm(void *ctx, void *out, const void *in, const sl_weight_t *
  * (docs/benchmarks.md). cpu_linear stays the reference op. */
 static size_t op_packed_bytes(void *ctx, const sl_weight_t *w) {
     (void)ctx;
+    if (w->awq_group) return cpu_awq_packed_bytes(w->rows, w->cols, w->awq_group);
     if (w->dtype == DTYPE_BF16) return cpu_bf16_packed_bytes(w->rows, w->cols);
     if (w->dtype == DTYPE_F32) return cpu_f32_packed_bytes(w->rows, w->cols);
     return cpu_f16_packed_bytes(w->rows, w->cols);
 }
 static void op_pack_linear(void *ctx, const sl_weight_t *w, void *dst) {
     (void)ctx;
+    if (w->awq_group) {
+        cpu_awq_pack(dst, w->data, w->qzeros, w->scales, w->rows, w->cols, w->awq_group);
+        return;
+    }
     if (w->dtype == DTYPE_BF16) cpu_bf16_pack(dst, w->data, w->rows, w->cols);
     else if (w->dtype == DTYPE_F32) cpu_f32_pack(dst, w->data, w->rows, w->cols);
     else cpu_f16_pack(dst, w->data, w->rows, w->cols);
 }
 
 static void linear(float *out, const float *in, const sl_weight_t *w, int64_t T) {
-    if (w->packed && w->dtype == DTYPE_BF16) cpu_linear_bf16_packed(out, in, w->packed, T, w->rows, w->cols);
+    if (w->awq_group) {
+        SL_ASSERT(w->packed); /* AWQ weights are always packed at load (weights.c) */
+        cpu_linear_awq_packed(out, in, w->packed, T, w->rows, w->cols, w->awq_group);
+    } else if (w->packed && w->dtype == DTYPE_BF16) cpu_linear_bf16_packed(out, in, w->packed, T, w->rows, w->cols);
     else if (w->packed && w->dtype == DTYPE_F32) cpu_linear_f32_packed(out, in, w->packed, T, w->rows, w->cols);
     else if (w->packed) cpu_linear_f16_packed(out, in, w->packed, T, w->rows, w->cols);
     else cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);

@@ -16,7 +16,7 @@
 enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,
     E_NO_PREFIX, E_CHUNKED, E_NO_CHUNKED, E_BATCHED, E_SEQS, E_BATCHING, E_SEED, E_THREADS,
-    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE, E_HASH_ALGO, E_TP,
+    E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE, E_HASH_ALGO, E_TP, E_QUANT,
 };
 
 const struct option engine_long_options[] = {
@@ -37,6 +37,7 @@ const struct option engine_long_options[] = {
     {"seed", required_argument, 0, E_SEED},
     {"threads", required_argument, 0, E_THREADS},
     {"tensor-parallel-size", required_argument, 0, E_TP},
+    {"quantization", required_argument, 0, E_QUANT},
     {"device", required_argument, 0, E_DEVICE},
     {"gpu-memory-utilization", required_argument, 0, E_GPU_UTIL},
     {"enforce-eager", no_argument, 0, E_EAGER},
@@ -54,7 +55,7 @@ const char *engine_usage =
     "  [--[no-]enable-chunked-prefill] [--max-num-batched-tokens 2048]\n"
     "  [--max-num-seqs 256] [--enforce-eager] [--cuda-graph-sizes N|N,N,...] [--max-seq-len-to-capture 8192]\n"
     "  [--batching continuous|static] [--seed 0] [--threads N] [--skip-warmup]\n"
-    "  [--tensor-parallel-size N | -tp N]\n";
+    "  [--tensor-parallel-size N | -tp N] [--quantization awq|awq_marlin | -q ...]\n";
 
 /* --help's descriptions, vLLM's defaults in parentheses. */
 const char *engine_help =
@@ -88,7 +89,10 @@ const char *engine_help =
     "  --skip-warmup                 no warm-up forward at startup (off)\n"
     "  --tensor-parallel-size N, -tp N\n"
     "                                ranks the model is split over, threads of this process sharing\n"
-    "                                --threads; CPU backend (1)\n";
+    "                                --threads (1)\n"
+    "  --quantization awq|awq_marlin, -q\n"
+    "                                the checkpoint's quantization, checked against its\n"
+    "                                quantization_config (from the checkpoint)\n";
 
 int engine_args_handle(engine_config_t *a, int c, const char *v) {
     switch (c) {
@@ -145,6 +149,11 @@ int engine_args_handle(engine_config_t *a, int c, const char *v) {
     case E_SEED: a->seed = (uint64_t)cli_parse_int("--seed", v, 0, INT64_MAX); return 1;
     case E_THREADS: a->threads = (int)cli_parse_int("--threads", v, 1, 4096); return 1;
     case E_TP: a->load.tensor_parallel_size = (int)cli_parse_int("--tensor-parallel-size", v, 1, 256); return 1;
+    case E_QUANT:
+        if (strcmp(v, "awq") && strcmp(v, "awq_marlin"))
+            cli_usage_error("", "argument --quantization/-q: invalid choice: '%s' (choose from 'awq', 'awq_marlin')", v);
+        a->load.quantization = v;
+        return 1;
     case E_DEVICE:
         if (!strcmp(v, "auto")) a->device = ENGINE_DEVICE_AUTO;
         else if (!strcmp(v, "cpu")) a->device = ENGINE_DEVICE_CPU;

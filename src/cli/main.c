@@ -44,8 +44,9 @@ int main(int argc, char **argv) {
     }
     /* vLLM's short alias (argparse accepts a multi-letter short option; getopt does not). */
     for (int i = 2; i < argc; i++) {
-        static char tp_long[] = "--tensor-parallel-size";
+        static char tp_long[] = "--tensor-parallel-size", q_long[] = "--quantization";
         if (!strcmp(argv[i], "-tp")) argv[i] = tp_long;
+        if (!strcmp(argv[i], "-q")) argv[i] = q_long;
     }
     if (!strcmp(argv[1], "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return cli_bench(argc - 1, argv + 1);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Integers must be exact in a double and fit the int32 math of the kernels. */
 #define CONFIG_INT_MAX 2147483647.0
@@ -305,7 +306,6 @@ static int parse_rope(const ctx_t *c, const cJSON *root, model_config_t *cfg) {
 static int parse_unsupported(const ctx_t *c, const cJSON *root, model_config_t *cfg) {
     const char *act;
     bool attn_bias, mlp_bias;
-    const cJSON *q;
     int64_t window;
     char d[96];
     if (get_str(c, root, "hidden_act", &act)) return -1;
@@ -335,11 +335,87 @@ static int parse_unsupported(const ctx_t *c, const cJSON *root, model_config_t *
                        "max_position_embeddings %lld, and sliding-window attention is not "
                        "supported", c->path, (long long)window,
                        (long long)cfg->max_position_embeddings);
-    if (obj_get(c, root, "quantization_config", &q)) return -1;
-    if (q && !cJSON_IsNull(q))
-        return sl_fail(c->err, "%s: quantization_config: quantized checkpoints are not "
-                       "supported yet", c->path);
     return 0;
+}
+
+/* The first of `keys` present in obj (vLLM's get_from_keys: AutoAWQ's
+ * quant_config.json says w_bit and q_group_size where config.json says bits
+ * and group_size), or NULL. */
+static const char *first_key(const ctx_t *c, const cJSON *obj, const char *const *keys, int n, const cJSON **out) {
+    for (int i = 0; i < n; i++) {
+        if (obj_get(c, obj, keys[i], out)) return NULL;
+        if (*out) return keys[i];
+    }
+    return keys[0];
+}
+
+/* AutoAWQ's GEMM format: quant_method awq, 4 bits, zero points, version gemm. */
+static int parse_quant_object(const ctx_t *c, const cJSON *q, const char *where, quant_config_t *out) {
+    char d[96];
+    memset(out, 0, sizeof *out);
+    if (!cJSON_IsObject(q))
+        return sl_fail(c->err, "%s: %s: expected an object, found %s", c->path, where, json_type_name(q));
+    const char *method;
+    if (get_str(c, q, "quant_method", &method)) return -1;
+    if (method && strcmp(method, "awq") != 0)
+        return sl_fail(c->err, "%s: %s.quant_method: \"%s\" is not supported (supported: awq)", c->path, where,
+                       method);
+    if (!method && strcmp(where, "quantization_config") == 0)
+        return sl_fail(c->err, "%s: quantization_config.quant_method: missing", c->path);
+    static const char *const bits_keys[] = {"bits", "w_bit"}, *const group_keys[] = {"group_size", "q_group_size"};
+    const cJSON *v;
+    const char *key = first_key(c, q, bits_keys, 2, &v);
+    if (!key) return -1;
+    if (!v || !cJSON_IsNumber(v) || v->valuedouble != 4)
+        return sl_fail(c->err, "%s: %s.%s: %s; AWQ checkpoints here are 4-bit", c->path, where, key,
+                       v ? json_describe(v, d, sizeof d) : "missing");
+    out->bits = 4;
+    if (!(key = first_key(c, q, group_keys, 2, &v))) return -1;
+    if (!v || !cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        !(v->valuedouble == -1 || (v->valuedouble >= 1 && v->valuedouble <= 1 << 20)))
+        return sl_fail(c->err, "%s: %s.%s: %s; expected a positive group size or -1 (the whole input)", c->path,
+                       where, key, v ? json_describe(v, d, sizeof d) : "missing");
+    out->group_size = (int32_t)v->valuedouble;
+    bool zero_point;
+    if (get_bool(c, q, "zero_point", true, &zero_point)) return -1;
+    if (!zero_point)
+        return sl_fail(c->err, "%s: %s.zero_point: false (symmetric AWQ) is not supported; AutoAWQ's GEMM "
+                       "checkpoints have zero points", c->path, where);
+    const char *version;
+    if (get_str(c, q, "version", &version)) return -1;
+    if (version && strcasecmp(version, "gemm") != 0)
+        return sl_fail(c->err, "%s: %s.version: \"%s\" is not supported: only AutoAWQ's GEMM layout (version "
+                       "\"gemm\") loads here%s", c->path, where, version,
+                       !strcasecmp(version, "gemv") ? "; requantize with version gemm" : "");
+    if (obj_get(c, q, "modules_to_not_convert", &v)) return -1;
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsArray(v))
+            return sl_fail(c->err, "%s: %s.modules_to_not_convert: expected a list of names, found %s", c->path,
+                           where, json_type_name(v));
+        for (const cJSON *it = v->child; it; it = it->next) {
+            if (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof out->not_convert[0] ||
+                out->n_not_convert == CONFIG_MAX_NOT_CONVERT)
+                return sl_fail(c->err, "%s: %s.modules_to_not_convert: expected at most %d names of under %zu "
+                               "characters", c->path, where, CONFIG_MAX_NOT_CONVERT, sizeof out->not_convert[0]);
+            snprintf(out->not_convert[out->n_not_convert++], sizeof out->not_convert[0], "%s", it->valuestring);
+        }
+    }
+    out->method = QUANT_AWQ;
+    return 0;
+}
+
+static int parse_quant(const ctx_t *c, const cJSON *root, model_config_t *cfg) {
+    const cJSON *q;
+    if (obj_get(c, root, "quantization_config", &q)) return -1;
+    if (!q || cJSON_IsNull(q)) return 0;
+    return parse_quant_object(c, q, "quantization_config", &cfg->quant);
+}
+
+bool config_linear_quantized(const model_config_t *cfg, const char *name) {
+    if (cfg->quant.method == QUANT_NONE) return false;
+    for (int i = 0; i < cfg->quant.n_not_convert; i++)
+        if (strstr(name, cfg->quant.not_convert[i])) return false;
+    return true;
 }
 
 static int parse_dtype(const ctx_t *c, const cJSON *root, model_config_t *cfg) {
@@ -398,7 +474,7 @@ int config_parse(const char *json, const char *path, model_config_t *cfg, sl_err
         get_positive(&c, root, "rms_norm_eps", 1e-6, &m.rms_norm_eps) ||
         parse_rope(&c, root, &m) ||
         get_bool(&c, root, "tie_word_embeddings", false, &m.tie_word_embeddings) ||
-        parse_dtype(&c, root, &m) || parse_unsupported(&c, root, &m) ||
+        parse_dtype(&c, root, &m) || parse_unsupported(&c, root, &m) || parse_quant(&c, root, &m) ||
         parse_bos(&c, root, &m) || parse_eos(&c, root, &m))
         goto out;
     *cfg = m;
@@ -419,7 +495,23 @@ int config_load(const char *model_dir, model_config_t *cfg, sl_err_t *err) {
     if (!text) return -1;
     int rc = config_parse(text, path, cfg, err);
     free(text);
-    return rc;
+    if (rc || cfg->quant.method != QUANT_NONE) return rc;
+    /* vLLM's other places for an AWQ config: AutoAWQ's older files. */
+    static const char *const files[] = {"quant_config.json", "quantize_config.json"};
+    for (int i = 0; i < 2; i++) {
+        if (sl_path_join(path, sizeof path, model_dir, files[i])) return sl_fail(err, "%s: path too long", model_dir);
+        if (!sl_file_exists(path)) continue;
+        if (!(text = sl_read_file(path, CONFIG_MAX_FILE_BYTES, NULL, err))) return -1;
+        cJSON *root;
+        rc = parse_root(text, path, &root, err);
+        free(text);
+        if (rc) return -1;
+        ctx_t c = {path, err};
+        rc = parse_quant_object(&c, root, files[i], &cfg->quant);
+        cJSON_Delete(root);
+        return rc;
+    }
+    return 0;
 }
 
 int config_load_generation(const char *model_dir, model_config_t *cfg, sl_err_t *err) {

@@ -87,6 +87,23 @@ static int init_rank(llama_model_t *m, const char *model_dir, const model_config
     return 0;
 }
 
+/* The bits a decode step reads per weight of the AWQ linears: 4-bit values,
+ * 4-bit zeros and fp16 scales per group (4.25 at group size 128). */
+static double llama_awq_bits_per_weight(const llama_model_t *m) {
+    double bits = 0.0, n = 0.0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const llama_layer_t *ly = &m->w.layers[l];
+        const sl_weight_t *lin[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+            if (!lin[i]->awq_group) continue;
+            double w = (double)lin[i]->rows * (double)lin[i]->cols, groups = w / (double)lin[i]->awq_group;
+            bits += 4.0 * w + 4.0 * groups + 16.0 * groups;
+            n += w;
+        }
+    }
+    return n > 0 ? bits / n : 0.0;
+}
+
 int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t *opts,
                const sl_ops_t *ops, int32_t max_tokens, int32_t max_seqs, sl_err_t *err) {
     memset(m, 0, sizeof *m);
@@ -95,6 +112,12 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
     tp_shard_t shard;
     if (config_load(model_dir, &cfg, err) || config_load_generation(model_dir, &cfg, err) ||
         tp_shard_plan(&cfg, 0, size, &shard, err)) {
+        if (opts->comm) opts->comm->free(opts->comm);
+        return -1;
+    }
+    if (opts->quantization && cfg.quant.method != QUANT_AWQ) {
+        sl_fail(err, "Quantization method specified in the model config (None) does not match the quantization "
+                "method specified in the `quantization` argument (%s).", opts->quantization);
         if (opts->comm) opts->comm->free(opts->comm);
         return -1;
     }
@@ -138,6 +161,10 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
                  shard.kv_head_replicas > 1 ? " (KV heads replicated)" : "");
     }
     double load_s = sl_now_s() - t0;
+    if (cfg.quant.method == QUANT_AWQ)
+        LOG_INFO("Quantization: awq (AutoAWQ GEMM, 4-bit, group size %d%s): the %s backend's W4A16 kernels, "
+                 "%.2f bits per weight read", cfg.quant.group_size, cfg.quant.group_size == -1 ? ": whole inputs" : "",
+                 ops0->name, llama_awq_bits_per_weight(m));
     LOG_INFO("Loading weights took %.2f seconds", load_s);
     LOG_INFO("Model loading took %.4f GiB and %.6f seconds", (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0),
              load_s);

@@ -229,22 +229,78 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     return 0;
 }
 
+/* An AWQ tensor, checked: its shape and dtype, in place when the backend
+ * reads host memory (the checkpoint's bytes are what the kernels' packed
+ * copy is made from), else copied to the backend. NULL with err. */
+static const void *load_awq_part(loader_t *L, const char *name, const int64_t shape[2], sl_dtype_t want,
+                                 sl_err_t *err) {
+    const st_tensor_t *t = st_expect(&L->w->archive, name, 2, shape, err);
+    if (!t) return NULL;
+    if (t->dtype != want) {
+        sl_fail(err, "%s: tensor %s: dtype %s, expected %s (AutoAWQ's GEMM format)",
+                L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype), dtype_name(want));
+        return NULL;
+    }
+    L->n_used++;
+    L->w->n_bytes += t->n_bytes;
+    progress_step(&L->progress, 1);
+    if (L->ops->host_memory && (uintptr_t)t->data % dtype_size(want) == 0) return t->data;
+    void *host = sl_malloc(t->n_bytes);
+    memcpy(host, t->data, t->n_bytes);
+    return to_backend(L, host, t->n_bytes, err);
+}
+
+/* The AWQ linear `prefix` of shape (rows out, cols in): prefix.qweight,
+ * .qzeros and .scales (vLLM's AWQLinearMethod), in its checkpoint layout. */
+static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols, sl_weight_t *out, sl_err_t *err) {
+    const char *file = L->w->archive.n_files ? L->w->archive.file_names[0] : L->model_dir;
+    int64_t G = L->cfg->quant.group_size == -1 ? cols : L->cfg->quant.group_size;
+    if (rows % 8)
+        return sl_fail(err, "%s: %s: %lld output features, not a multiple of 8 (AWQ packs 8 to an int32)", file,
+                       prefix, (long long)rows);
+    if (cols % G)
+        return sl_fail(err, "%s: %s: group_size %lld does not divide its %lld input features", file, prefix,
+                       (long long)G, (long long)cols);
+    char name[300];
+    int64_t qshape[2] = {cols, rows / 8}, zshape[2] = {cols / G, rows / 8}, sshape[2] = {cols / G, rows};
+    *out = (sl_weight_t){.dtype = DTYPE_I32, .rows = rows, .cols = cols, .awq_group = G};
+    snprintf(name, sizeof name, "%s.qweight", prefix);
+    if (!(out->data = load_awq_part(L, name, qshape, DTYPE_I32, err))) return -1;
+    snprintf(name, sizeof name, "%s.qzeros", prefix);
+    if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, err))) return -1;
+    snprintf(name, sizeof name, "%s.scales", prefix);
+    if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, err))) return -1;
+    return 0;
+}
+
 /* The plain layout of a linear weight the backend now reads from its own
  * copy is released, unless something else reads it (the embedding, when the
  * LM head is tied to it): a buffer of ours is freed, pages of the mapped
  * checkpoint are dropped (they are the file's, and come back if touched). */
-static void release_plain(loader_t *L, sl_weight_t *wt) {
-    size_t plain = (size_t)(wt->rows * wt->cols) * dtype_size(wt->dtype);
+static void release_bytes(loader_t *L, const void **data, size_t n_bytes) {
     for (int i = 0; i < L->w->n_owned; i++) {
-        if (L->w->owned[i] != wt->data) continue;
+        if (L->w->owned[i] != *data) continue;
         free(L->w->owned[i]); /* host memory: pack hooks are for host-memory backends */
         L->w->owned[i] = L->w->owned[--L->w->n_owned];
-        wt->data = NULL;
+        *data = NULL;
         return;
     }
-    uintptr_t lo = ((uintptr_t)wt->data + 4095) & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)wt->data + plain) & ~(uintptr_t)4095;
+    uintptr_t lo = ((uintptr_t)*data + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)*data + n_bytes) & ~(uintptr_t)4095;
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* An AWQ weight's three tensors (ops.h) are all in its packed copy. */
+static void release_plain(loader_t *L, sl_weight_t *wt) {
+    size_t n = (size_t)(wt->rows * wt->cols);
+    if (!wt->awq_group) {
+        release_bytes(L, &wt->data, n * dtype_size(wt->dtype));
+        return;
+    }
+    size_t groups = (size_t)(wt->cols / wt->awq_group) * (size_t)wt->rows;
+    release_bytes(L, &wt->data, n / 2);
+    release_bytes(L, &wt->qzeros, groups / 2);
+    release_bytes(L, &wt->scales, groups * 2);
 }
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -303,6 +359,18 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
     int64_t n_tensors = 2 + 9 * cfg->n_layers + (cfg->tie_word_embeddings ? 0 : 1);
     L.progress = (progress_t){.t0 = sl_now_s(), .total = n_tensors, .enabled = opts->progress};
 
+    if (cfg->quant.method == QUANT_AWQ) {
+        /* Where AWQ runs: the CPU kernels, on whole weights (for now). */
+        if (!ops->packed_bytes)
+            return sl_fail(err, "%s: an AWQ checkpoint: the %s backend has no W4A16 kernels yet. Hint: run with "
+                           "--device cpu", model_dir, ops->name);
+        if (opts->load_format == LOAD_FORMAT_DUMMY)
+            return sl_fail(err, "%s: --load-format dummy makes unquantized weights; this config is AWQ "
+                           "(quantization_config)", model_dir);
+        if (shard->size > 1)
+            return sl_fail(err, "%s: tensor parallelism over AWQ weights is not supported yet", model_dir);
+        L.progress.total += 2 * 7 * cfg->n_layers; /* qweight, qzeros, scales for each linear */
+    }
     if (opts->load_format != LOAD_FORMAT_DUMMY && st_open_dir(model_dir, &w->archive, err) != 0)
         return -1;
     w->layers = sl_calloc((size_t)cfg->n_layers, sizeof *w->layers);
@@ -334,8 +402,13 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
         };
         for (size_t j = 0; j < sizeof specs / sizeof specs[0]; j++) {
             snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)i, specs[j].suffix);
-            if (load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off, specs[j].part,
-                     specs[j].dst, err))
+            /* "...q_proj.weight" -> the module "...q_proj", as modules_to_not_convert names it. */
+            char module[256];
+            snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+            bool awq = specs[j].rows && strstr(name, "proj.weight") && config_linear_quantized(cfg, module);
+            if (awq ? load_awq(&L, module, specs[j].rows, specs[j].cols, specs[j].dst, err)
+                    : load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off, specs[j].part,
+                           specs[j].dst, err))
                 goto fail;
         }
     }

@@ -184,10 +184,38 @@ def case_config_missing(d):
     return ["config.json", "No such file or directory"]
 
 
-def case_quantization_config(d):
-    config_edit(d, lambda c: c.__setitem__("quantization_config",
-                                           {"quant_method": "awq", "bits": 4}))
-    return ["config.json", "quantization_config", "not supported"]
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": True, "version": "gemm"}
+
+
+def case_quantization_gptq(d):
+    config_edit(d, lambda c: c.__setitem__("quantization_config", {"quant_method": "gptq", "bits": 4}))
+    return ["config.json", "quant_method", "gptq", "not supported"]
+
+
+def case_awq_8_bits(d):
+    config_edit(d, lambda c: c.__setitem__("quantization_config", dict(AWQ, bits=8)))
+    return ["config.json", "bits", "4-bit"]
+
+
+def case_awq_gemv_layout(d):
+    config_edit(d, lambda c: c.__setitem__("quantization_config", dict(AWQ, version="gemv")))
+    return ["config.json", "version", "gemv", "gemm"]
+
+
+def case_awq_group_size_not_dividing(d):
+    config_edit(d, lambda c: c.__setitem__("quantization_config", dict(AWQ, group_size=96)))
+    return ["q_proj", "group_size 96", "128 input features"]
+
+
+def case_awq_config_on_unquantized_weights(d):
+    config_edit(d, lambda c: c.__setitem__("quantization_config", AWQ))
+    return [ST, "model.layers.0.self_attn.q_proj.qweight"]
+
+
+def case_awq_quant_config_json_bits(d):
+    with open(os.path.join(d, "quant_config.json"), "w") as f:
+        json.dump({"zero_point": True, "q_group_size": 32, "w_bit": 3, "version": "GEMM"}, f)
+    return ["quant_config.json", "w_bit", "4-bit"]
 
 
 def case_yarn_rope_scaling(d):
@@ -234,7 +262,12 @@ CASES = [
     ("wrong_shape_swapped_dims", case_wrong_shape),
     ("unsupported_architecture", case_unsupported_architecture),
     ("config_json_missing", case_config_missing),
-    ("quantization_config_present", case_quantization_config),
+    ("quantization_gptq", case_quantization_gptq),
+    ("awq_8_bits", case_awq_8_bits),
+    ("awq_gemv_layout", case_awq_gemv_layout),
+    ("awq_group_size_not_dividing", case_awq_group_size_not_dividing),
+    ("awq_config_on_unquantized_weights", case_awq_config_on_unquantized_weights),
+    ("awq_quant_config_json_3_bits", case_awq_quant_config_json_bits),
     ("yarn_rope_scaling", case_yarn_rope_scaling),
     ("index_names_missing_shard", case_index_names_missing_shard),
     ("tensor_missing_from_its_shard", case_tensor_missing_from_its_shard),
