@@ -7,6 +7,9 @@ fp32 rounding (see the "sanity:" line). Bytes derive from --seed via a counter-b
 IEEE sums (no numpy generator, no libm), so they match on any machine: golden data depends on them.
 Shape-only presets carry no weights (for --load-format dummy) and our 8192-piece sentencepiece
 tokenizer, even llama-3-8b whose real tokenizer is a tiktoken BPE: shapes only, not text.
+--quantize awq writes the decoder layers' Linears in AutoAWQ's GEMM format (4-bit, zero point,
+round-to-nearest per group; see awq_quantize); embeddings, norms and lm_head stay in --dtype
+(AutoAWQ keeps them fp16), and config.json gains AutoAWQ's quantization_config.
 """
 import argparse, hashlib, json, math, os, random, shutil, subprocess, sys, tempfile, time
 import numpy as np
@@ -130,13 +133,96 @@ def to_dtype(x, dtype):
 ST_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
-def write_safetensors(path, tensors, dtype):
-    """tensors: [(name, shape, bytes)]. Header and order as the reference writer: sorted names,
-    compact JSON, padded with spaces to 8 bytes, data contiguous in header order."""
+# ---- AutoAWQ GEMM format ----------------------------------------------------------------------
+AWQ_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]   # nibble i of a packed int32 holds column AWQ_ORDER[i]
+AWQ_SHIFTS = np.arange(8, dtype=np.uint32) * np.uint32(4)
+
+
+def is_awq_linear(name):
+    """True for the weight of a decoder layer's Linear, the tensors --quantize awq replaces."""
+    return name.startswith("model.layers.") and name.endswith(tuple(m + ".weight"
+                                                                   for m in AWQ_LINEARS))
+
+
+def awq_pack(q):
+    """(rows, out) integers in [0, 15] -> (rows, out/8) int32, AutoAWQ's interleaved order."""
+    q = q.astype(np.uint32).reshape(q.shape[0], -1, 8)[:, :, AWQ_ORDER]
+    return (q << AWQ_SHIFTS).sum(-1, dtype=np.uint32).view(np.int32)   # disjoint bits: sum == or
+
+
+def awq_unpack(packed):
+    """(rows, out/8) int32 -> (rows, out) int32 in [0, 15]; the inverse of awq_pack."""
+    nib = (packed.view(np.uint32)[:, :, None] >> AWQ_SHIFTS) & np.uint32(0xF)
+    q = np.empty_like(nib)
+    q[:, :, AWQ_ORDER] = nib
+    return q.reshape(packed.shape[0], -1).astype(np.int32)
+
+
+def awq_quantize(w, group_size):
+    """w: (out, in) float32 Linear weight -> (qweight (in, out/8) int32, qzeros (in/G, out/8)
+    int32, scales (in/G, out) float16, clipped (in, out) bool). AutoAWQ's asymmetric 4-bit
+    round-to-nearest on W^T, per group of G input rows and per output column:
+    s = max(mx - mn, 1e-5) / 15 in float32, rounded to fp16 (the stored scale, so dequantizing
+    with it reproduces the grid used here); z = clamp(-round(mn / s), 0, 15);
+    q = clamp(round(w / s) + z, 0, 15). Divisions run in float64 so the grid does not depend on
+    float32 rounding; round() is half-to-even, like torch.round. clipped marks the elements that
+    the clamp of q moved (their error may exceed s/2)."""
+    n_out, n_in = w.shape
+    G = n_in if group_size == -1 else group_size
+    wt = np.ascontiguousarray(w.T, dtype=np.float32).reshape(n_in // G, G, n_out)
+    mn, mx = wt.min(1), wt.max(1)                                   # (in/G, out)
+    scales = (np.maximum(mx - mn, np.float32(1e-5)) / np.float32(15)).astype(np.float16)
+    s = scales.astype(np.float64)
+    z = np.clip(-np.round(mn / s), 0, 15)
+    r = np.round(wt / s[:, None, :]) + z[:, None, :]
+    q = np.clip(r, 0, 15).reshape(n_in, n_out)
+    clipped = (r < 0).reshape(n_in, n_out) | (r > 15).reshape(n_in, n_out)
+    return awq_pack(q), awq_pack(z), scales, clipped
+
+
+def awq_dequantize(qweight, qzeros, scales, group_size):
+    """AutoAWQ GEMM tensors -> (out, in) float32 weight, w = (q - z) * s per group of
+    group_size input rows (-1: one group). Exact in float32: an integer |q - z| <= 15 times an
+    fp16 scale needs at most 15 significant bits."""
+    q, z = awq_unpack(qweight), awq_unpack(qzeros)
+    G = q.shape[0] if group_size == -1 else group_size
+    s = scales.astype(np.float32)
+    w = (q - np.repeat(z, G, 0)).astype(np.float32) * np.repeat(s, G, 0)
+    return np.ascontiguousarray(w.T)
+
+
+def awq_tensors(prefix, w, group_size):
+    """Quantize one Linear and check it: safetensors entries for <prefix>.qweight, .qzeros and
+    .scales, and the dequantized (out, in) float32 weight. Every element the clamp left alone
+    must lie within s/2 of w (float64 divisions: no float32 rounding slack in that bound)."""
+    qweight, qzeros, scales, clipped = awq_quantize(w, group_size)
+    deq = awq_dequantize(qweight, qzeros, scales, group_size)
+    G = w.shape[1] if group_size == -1 else group_size
+    half = np.repeat(scales.astype(np.float64), G, 0).T / 2                     # (out, in)
+    err = np.abs(deq.astype(np.float64) - w.astype(np.float64))
+    bad = (err > half * (1 + 2.0**-40)) & ~clipped.T
+    assert not bad.any(), f"{prefix}: {int(bad.sum())} AWQ weights beyond s/2 of the original"
+    return [(prefix + ".qweight", qweight.shape, qweight.tobytes(), "I32"),
+            (prefix + ".qzeros", qzeros.shape, qzeros.tobytes(), "I32"),
+            (prefix + ".scales", scales.shape, scales.tobytes(), "F16")], deq
+
+
+def awq_config(group_size):
+    """AutoAWQ's quantization_config for config.json."""
+    return {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
+            "version": "gemm", "modules_to_not_convert": None}
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, shape, bytes, safetensors dtype such as "BF16")]. Header and order as the
+    reference writer: sorted names, compact JSON, padded with spaces to 8 bytes, data contiguous
+    in header order."""
     tensors = sorted(tensors, key=lambda t: t[0])
     header, off = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, data in tensors:
-        header[name] = {"dtype": ST_DTYPE[dtype], "shape": list(shape),
+    for name, shape, data, st_dtype in tensors:
+        header[name] = {"dtype": st_dtype, "shape": list(shape),
                         "data_offsets": [off, off + len(data)]}
         off += len(data)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -144,14 +230,14 @@ def write_safetensors(path, tensors, dtype):
     with open(path, "wb") as f:
         f.write(len(h).to_bytes(8, "little"))
         f.write(h)
-        for _, _, data in tensors:
-            f.write(data)
+        for t in tensors:
+            f.write(t[2])
 
 
-def write_weights(out, tensors, dtype, n_shards):
+def write_weights(out, tensors, n_shards):
     """One model.safetensors, or n_shards files cut by bytes in parameter order plus an index."""
     if n_shards == 1:
-        write_safetensors(os.path.join(out, "model.safetensors"), tensors, dtype)
+        write_safetensors(os.path.join(out, "model.safetensors"), tensors)
         return ["model.safetensors"]
     total = sum(len(t[2]) for t in tensors)
     shards, off = [[] for _ in range(n_shards)], 0
@@ -163,9 +249,9 @@ def write_weights(out, tensors, dtype, n_shards):
     files, weight_map = [], {}
     for k, shard in enumerate(shards):
         fname = f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors"
-        write_safetensors(os.path.join(out, fname), shard, dtype)
+        write_safetensors(os.path.join(out, fname), shard)
         files.append(fname)
-        weight_map.update({name: fname for name, _, _ in shard})
+        weight_map.update({t[0]: fname for t in shard})
     write_json(os.path.join(out, "model.safetensors.index.json"),
                {"metadata": {"total_size": total}, "weight_map": weight_map})
     return files + ["model.safetensors.index.json"]
@@ -374,6 +460,11 @@ def main():
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--shape-only", action="store_true",
                     help="no weights (for --load-format dummy)")
+    ap.add_argument("--quantize", choices=["awq"],
+                    help="decoder Linears in AutoAWQ's 4-bit GEMM format (round-to-nearest)")
+    ap.add_argument("--group-size", type=int,
+                    help="AWQ group of input rows sharing a scale and zero (default 128; "
+                         "-1: the whole input dimension)")
     a = ap.parse_args()
     if a.shards < 1 or a.seed < 0:
         ap.error("--shards must be >= 1 and --seed >= 0")
@@ -381,6 +472,19 @@ def main():
     shape_only = a.shape_only or PRESETS[a.preset].get("shape_only", False)
     cfg = make_config(a.preset, a.dtype)
     specs = tensor_specs(cfg)
+    if a.group_size is not None and not a.quantize:
+        ap.error("--group-size needs --quantize awq")
+    if a.quantize:
+        G = 128 if a.group_size is None else a.group_size
+        if shape_only:
+            ap.error("--quantize needs weights; this is a shape-only checkpoint")
+        lin = [(n, s) for n, s, _, _ in specs if is_awq_linear(n)]
+        if G != -1 and (G < 1 or any(s[1] % G for _, s in lin)):
+            ap.error(f"--group-size {G} must be -1 or divide every Linear's input dimension "
+                     f"({', '.join(str(d) for d in sorted({s[1] for _, s in lin}))})")
+        if any(s[0] % 8 for _, s in lin):
+            ap.error("--quantize awq needs every Linear's output dimension to be a multiple of 8")
+        cfg["quantization_config"] = awq_config(G)
     n_params = sum(int(np.prod(s[1])) for s in specs)
     os.makedirs(a.out, exist_ok=True)
     for f in os.listdir(a.out):   # stale weights from an earlier run with other --shards
@@ -399,11 +503,17 @@ def main():
         tensors, w = [], {}
         for name, shape, std, mean in specs:
             data, w[name] = to_dtype(mean + std * randn(a.seed, name, shape), a.dtype)
-            tensors.append((name, shape, data))
-        files += write_weights(a.out, tensors, a.dtype, a.shards)
+            if a.quantize and is_awq_linear(name):   # sanity() then runs the dequantized model
+                qt, w[name] = awq_tensors(name[:-len(".weight")], w[name], G)
+                tensors += qt
+            else:
+                tensors.append((name, shape, data, ST_DTYPE[a.dtype]))
+        files += write_weights(a.out, tensors, a.shards)
         print(sanity(cfg, w, a.seed))
     size = sum(os.path.getsize(os.path.join(a.out, f)) for f in files)
     what = "shape only, no weights" if shape_only else a.dtype
+    if a.quantize:
+        what += f", AWQ 4-bit group size {G}"
     print(f"make_model: wrote {a.out} ({a.preset}, {what}"
           f", {len(files)} files, {size / 1e6:.1f} MB, tokenizer {n_pieces} pieces) "
           f"with {n_params:,} parameters in {time.time() - t0:.1f} s")
