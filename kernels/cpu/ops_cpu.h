@@ -58,6 +58,23 @@ void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int6
 size_t cpu_f16_packed_bytes(int64_t N, int64_t K);
 void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K);
 void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K);
+/* AutoAWQ 4-bit (W4A16) linears, GEMM format, of PyTorch shape (N, K) with
+ * group size G (G | K, N % 8 == 0; a checkpoint's group_size -1 is G = K):
+ * qweight int32 (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N), nibble
+ * i of an int32 holding column [0, 2, 4, 6, 1, 3, 5, 7][i] of its 8.
+ * cpu_awq_dequantize: w(N, K) fp32 = (q - z) * s, the reference (exact).
+ * cpu_awq_pack: the kernel's copy (layout in linear_awq.c), of
+ * cpu_awq_packed_bytes; the checkpoint's tensors are not kept.
+ * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; every ISA
+ * level gives the same bits, a token the same whatever T, and the exact
+ * product but for the order of the additions. */
+void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
+                        int64_t K, int64_t G);
+size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G);
+void cpu_awq_pack(void *dst, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
+                  int64_t K, int64_t G);
+void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K,
+                           int64_t G);
 /* In place on q(T, H, D) and k(T, Hkv, D); see ops.h. */
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale);

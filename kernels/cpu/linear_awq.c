@@ -1,0 +1,322 @@
+/* linear_awq.c - out(T, N) = in(T, K) . W(N, K)^T for AutoAWQ's 4-bit GEMM
+ * format (W4A16): the reference dequantization, the kernel's packed copy, and
+ * the op on it, in portable C, AVX2 and AVX-512 (cpu_isa.h).
+ *
+ * The checkpoint, per Linear of PyTorch shape (N, K), group size G (G | K):
+ *   qweight int32 (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N);
+ * nibble i (bits 4i..4i+3) of an int32 holds column AWQ_ORDER[i] of its 8, and
+ *   W[n][k] = (q(k, n) - z(k/G, n)) * s(k/G, n).
+ * (q - z) * s needs at most 4 + 11 significant bits, so it is exact in fp32,
+ * as is z * s: every level builds each weight exactly, as fma(q, s, -z*s), and
+ * sums x * W in one fp32 FMA chain per output, in k order. The levels give the
+ * same bits as each other; they differ from cpu_linear on the dequantized
+ * weights only in the order of the additions.
+ *
+ * Packed layout (cpu_awq_pack): panels of AWQ_NP = 64 output columns (the
+ * last padded with columns whose q, z and s are 0); a panel is contiguous and
+ * holds its K/G groups in k order; a group is
+ *   header: s fp16 [64] (128 bytes), z uint8 [64] (64 bytes)
+ *   blocks: ceil(G/8) of uint32 [64], block b, column j: nibble i (bits 4i..)
+ *           = q(g*G + 8b + i, 64p + j), zero past the group's end.
+ * So one 64-byte line is 16 columns x 8 k-steps: a k-step is one shift of a
+ * register, and the nibble (low 4 bits) becomes a float by a 16-entry
+ * permute (AVX-512) or a mask and a convert (AVX2). A panel streams front to
+ * back once per tile of tokens; T = 1 reads every nibble once.
+ *
+ * The work: threads take panels; a panel takes its tokens in tiles of up to
+ * AWQ_MR rows (avx512; 1 elsewhere), each weight widened once per tile. A
+ * token's outputs never depend on the other rows of the call. No GEMM path
+ * for large T: a prefill recomputes the weights once per tile of 4 tokens.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_isa.h"
+#include "ops_cpu.h"
+#include "servelab/core.h"
+#include "servelab/dtype.h"
+
+#define AWQ_NP 64   /* output columns per panel */
+#define AWQ_KB 8    /* k-steps per uint32 */
+#define AWQ_MR 4    /* token rows per tile (avx512) */
+#define AWQ_HDR_BYTES (AWQ_NP * (sizeof(uint16_t) + sizeof(uint8_t)))
+
+/* Nibble i holds column AWQ_ORDER[i] of its 8; column c is in nibble AWQ_NIBBLE[c]. */
+static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+/* q or z of column n (of N) from a row of AWQ-packed int32s. */
+static inline unsigned awq_nibble(const int32_t *row, int64_t n) {
+    return ((uint32_t)row[n / 8] >> (4 * AWQ_NIBBLE[n % 8])) & 0xfu;
+}
+
+static void awq_check_shape(int64_t N, int64_t K, int64_t G) {
+    SL_ASSERT(N > 0 && N % 8 == 0 && K > 0 && G > 0 && K % G == 0);
+}
+
+void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
+                        int64_t K, int64_t G) {
+    awq_check_shape(N, K, G);
+    int64_t N8 = N / 8;
+    for (int64_t k = 0; k < K; k++) {
+        const int32_t *qrow = qweight + k * N8, *zrow = qzeros + (k / G) * N8;
+        const uint16_t *srow = scales + (k / G) * N;
+        for (int64_t n = 0; n < N; n++)
+            w[n * K + k] = ((float)awq_nibble(qrow, n) - (float)awq_nibble(zrow, n)) * f16_to_f32(srow[n]);
+    }
+}
+
+static int64_t awq_blocks_per_group(int64_t G) { return (G + AWQ_KB - 1) / AWQ_KB; }
+static size_t awq_group_bytes(int64_t G) {
+    return AWQ_HDR_BYTES + (size_t)awq_blocks_per_group(G) * AWQ_NP * sizeof(uint32_t);
+}
+static size_t awq_panel_bytes(int64_t K, int64_t G) { return (size_t)(K / G) * awq_group_bytes(G); }
+
+size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G) {
+    awq_check_shape(N, K, G);
+    return (size_t)((N + AWQ_NP - 1) / AWQ_NP) * awq_panel_bytes(K, G);
+}
+
+typedef struct {
+    uint8_t *dst;
+    const int32_t *qweight, *qzeros;
+    const uint16_t *scales;
+    int64_t N, K, G;
+} awq_pack_args_t;
+
+static void awq_pack_panels(void *arg, int64_t p0, int64_t p1, int worker) {
+    (void)worker;
+    const awq_pack_args_t *a = arg;
+    int64_t N8 = a->N / 8, n_groups = a->K / a->G, nb = awq_blocks_per_group(a->G);
+    for (int64_t p = p0; p < p1; p++) {
+        uint8_t *group = a->dst + (size_t)p * awq_panel_bytes(a->K, a->G);
+        for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(a->G)) {
+            uint16_t s[AWQ_NP] = {0};
+            uint8_t z[AWQ_NP] = {0};
+            uint32_t *blocks = (uint32_t *)(group + AWQ_HDR_BYTES);
+            memset(blocks, 0, (size_t)nb * AWQ_NP * sizeof *blocks);
+            for (int j = 0; j < AWQ_NP; j++) {
+                int64_t n = p * AWQ_NP + j;
+                if (n >= a->N) continue; /* padding: q = z = s = 0 */
+                s[j] = a->scales[g * a->N + n];
+                z[j] = (uint8_t)awq_nibble(a->qzeros + g * N8, n);
+                for (int64_t kk = 0; kk < a->G; kk++) {
+                    uint32_t q = awq_nibble(a->qweight + (g * a->G + kk) * N8, n);
+                    blocks[(kk / AWQ_KB) * AWQ_NP + j] |= q << (4 * (kk % AWQ_KB));
+                }
+            }
+            memcpy(group, s, sizeof s);
+            memcpy(group + sizeof s, z, sizeof z);
+        }
+    }
+}
+
+void cpu_awq_pack(void *dst, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
+                  int64_t K, int64_t G) {
+    awq_check_shape(N, K, G);
+    awq_pack_args_t a = {dst, qweight, qzeros, scales, N, K, G};
+    cpu_parallel_for(N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_pack_panels, &a);
+}
+
+/* ---- the panels, one function per level -------------------------------------
+ * panel(out, ldo, pw, x, ldx, K, G, nr, mr): out[r][j] for r < mr, j < nr (the
+ * panel's real columns) from x's mr rows, ldx apart. */
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Plain C, one row at a time: the arithmetic every vector level does lane by lane. */
+static void awq_panel_portable(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx, int64_t K,
+                               int64_t G, int nr, int mr) {
+    int64_t n_groups = K / G;
+    for (int r = 0; r < mr; r++) {
+        const float *xr = x + r * ldx;
+        float acc[AWQ_NP] = {0};
+        const uint8_t *group = pw;
+        for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
+            float s[AWQ_NP], zs[AWQ_NP];
+            for (int j = 0; j < AWQ_NP; j++) {
+                uint16_t h;
+                memcpy(&h, group + 2 * j, sizeof h);
+                s[j] = f16_to_f32(h);
+                zs[j] = (float)group[2 * AWQ_NP + j] * s[j];
+            }
+            const uint8_t *blocks = group + AWQ_HDR_BYTES;
+            for (int64_t kk = 0; kk < G; kk++) {
+                float xk = xr[g * G + kk];
+                const uint8_t *blk = blocks + (size_t)(kk / AWQ_KB) * AWQ_NP * sizeof(uint32_t);
+                int shift = 4 * (int)(kk % AWQ_KB);
+                for (int j = 0; j < AWQ_NP; j++) {
+                    uint32_t u;
+                    memcpy(&u, blk + 4 * j, sizeof u);
+                    float w = fmaf((float)((u >> shift) & 0xfu), s[j], -zs[j]); /* exact */
+                    acc[j] = fmaf(xk, w, acc[j]);
+                }
+            }
+        }
+        memcpy(out + r * ldo, acc, (size_t)nr * sizeof(float));
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HAVE_X86_LEVELS 1
+#endif
+
+#ifdef HAVE_X86_LEVELS
+/* 4 registers of 16 columns; per k-step the 4 weights are built once and feed
+ * mr rows. n_steps < 8 only in a group's last, partial block. */
+TARGET_512 INLINE void awq_block_avx512(__m512 acc[AWQ_MR][4], const uint32_t *blk, const float *x, int64_t ldx,
+                                        int n_steps, const __m512 s[4], const __m512 zs[4], __m512 lut,
+                                        const int mr) {
+    __m512i q[4];
+    for (int v = 0; v < 4; v++) q[v] = _mm512_loadu_si512(blk + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < n_steps; i++) {
+        __m512 w[4];
+        for (int v = 0; v < 4; v++) {
+            /* vpermps reads only the low 4 bits of each index: no mask needed. */
+            __m512 qf = _mm512_permutexvar_ps(_mm512_srli_epi32(q[v], 4 * i), lut);
+            w[v] = _mm512_fmsub_ps(qf, s[v], zs[v]); /* (q - z) * s, exact */
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < mr; r++) {
+            __m512 xb = _mm512_set1_ps(x[r * ldx + i]);
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(xb, w[v], acc[r][v]);
+        }
+    }
+}
+
+TARGET_512 INLINE void awq_tile_avx512(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx,
+                                       int64_t K, int64_t G, int nr, const int mr) {
+    const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int64_t n_groups = K / G, full = G / AWQ_KB;
+    int tail = (int)(G % AWQ_KB);
+    __m512 acc[AWQ_MR][4];
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    const uint8_t *group = pw;
+    for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
+        __m512 s[4], zs[4];
+        for (int v = 0; v < 4; v++) {
+            s[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(group + 32 * v)));
+            __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(group + 128 + 16 * v))));
+            zs[v] = _mm512_mul_ps(z, s[v]); /* exact */
+        }
+        const uint32_t *blocks = (const uint32_t *)(group + AWQ_HDR_BYTES);
+        const float *xg = x + g * G;
+        for (int64_t b = 0; b < full; b++)
+            awq_block_avx512(acc, blocks + b * AWQ_NP, xg + b * AWQ_KB, ldx, AWQ_KB, s, zs, lut, mr);
+        if (tail) awq_block_avx512(acc, blocks + full * AWQ_NP, xg + full * AWQ_KB, ldx, tail, s, zs, lut, mr);
+    }
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < 4; v++) {
+            int nv = nr - 16 * v;
+            if (nv <= 0) break;
+            __mmask16 m = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, m, acc[r][v]);
+        }
+}
+
+TARGET_512 static void awq_panel_avx512(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx,
+                                        int64_t K, int64_t G, int nr, int64_t T) {
+    int64_t t = 0;
+    for (; t + AWQ_MR <= T; t += AWQ_MR) awq_tile_avx512(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, AWQ_MR);
+    switch ((int)(T - t)) { /* constant mr: each case compiles to its own register tile */
+    case 3: awq_tile_avx512(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, 3); break;
+    case 2: awq_tile_avx512(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, 2); break;
+    case 1: awq_tile_avx512(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, 1); break;
+    default: break;
+    }
+}
+
+/* AVX2: 16 registers, so one row at a time over 8 registers of 8 columns;
+ * each column register takes its 8 k-steps before the next is loaded. */
+TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[8], const uint32_t *blk, const float *x, int n_steps,
+                                       const float *s, const float *zs) {
+    const __m256i low4 = _mm256_set1_epi32(0xf);
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 8 * v));
+        __m256 sv = _mm256_loadu_ps(s + 8 * v), zv = _mm256_loadu_ps(zs + 8 * v);
+#pragma GCC unroll 8
+        for (int i = 0; i < n_steps; i++) {
+            __m256 qf = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, 4 * i), low4));
+            __m256 w = _mm256_fmsub_ps(qf, sv, zv); /* (q - z) * s, exact */
+            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(x[i]), w, acc[v]);
+        }
+    }
+}
+
+TARGET_AVX2 static void awq_panel_avx2(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx,
+                                       int64_t K, int64_t G, int nr, int64_t T) {
+    int64_t n_groups = K / G, full = G / AWQ_KB;
+    int tail = (int)(G % AWQ_KB);
+    for (int64_t t = 0; t < T; t++) {
+        const float *xr = x + t * ldx;
+        __m256 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm256_setzero_ps();
+        const uint8_t *group = pw;
+        for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
+            float s[AWQ_NP], zs[AWQ_NP];
+            for (int v = 0; v < 8; v++) {
+                __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16 * v)));
+                __m256 z = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(group + 128 + 8 * v))));
+                _mm256_storeu_ps(s + 8 * v, sv);
+                _mm256_storeu_ps(zs + 8 * v, _mm256_mul_ps(z, sv)); /* exact */
+            }
+            const uint32_t *blocks = (const uint32_t *)(group + AWQ_HDR_BYTES);
+            const float *xg = xr + g * G;
+            for (int64_t b = 0; b < full; b++) awq_block_avx2(acc, blocks + b * AWQ_NP, xg + b * AWQ_KB, AWQ_KB, s, zs);
+            if (tail) awq_block_avx2(acc, blocks + full * AWQ_NP, xg + full * AWQ_KB, tail, s, zs);
+        }
+        float tmp[AWQ_NP];
+        for (int v = 0; v < 8; v++) _mm256_storeu_ps(tmp + 8 * v, acc[v]);
+        memcpy(out + t * ldo, tmp, (size_t)nr * sizeof(float));
+    }
+}
+#endif
+
+static void awq_panel_portable_rows(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx,
+                                    int64_t K, int64_t G, int nr, int64_t T) {
+    for (int64_t t = 0; t < T; t++) awq_panel_portable(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, 1);
+}
+
+/* ---- the op ------------------------------------------------------------------ */
+
+typedef void (*awq_panel_fn_t)(float *, int64_t, const uint8_t *, const float *, int64_t, int64_t, int64_t, int,
+                               int64_t);
+
+typedef struct {
+    float *out;
+    const float *x;
+    const uint8_t *packed;
+    int64_t T, N, K, G;
+    awq_panel_fn_t panel;
+} awq_args_t;
+
+static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
+    (void)worker;
+    const awq_args_t *a = arg;
+    size_t panel_bytes = awq_panel_bytes(a->K, a->G);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n0 = p * AWQ_NP;
+        int nr = a->N - n0 < AWQ_NP ? (int)(a->N - n0) : AWQ_NP;
+        a->panel(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->x, a->K, a->K, a->G, nr, a->T);
+    }
+}
+
+void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K,
+                           int64_t G) {
+    awq_check_shape(N, K, G);
+    cpu_isa_t isa = cpu_isa();
+    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows};
+#ifdef HAVE_X86_LEVELS
+    if (isa >= CPU_ISA_AVX512) a.panel = awq_panel_avx512;
+    else if (isa == CPU_ISA_AVX2) a.panel = awq_panel_avx2;
+#else
+    (void)isa;
+#endif
+    cpu_parallel_for(T * N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_panels, &a);
+}

@@ -1,0 +1,206 @@
+/* test_awq_kernels.c - the CPU AWQ 4-bit linear (kernels/cpu/linear_awq.c):
+ * the checkpoint's nibble order and dequantization by hand, then the packed
+ * op at every ISA level this CPU supports against cpu_linear on the
+ * dequantized weights.
+ *
+ * The budget per output is 1e-5 * sum_k |x_k| |w_nk|, fp32 accumulation error
+ * in any order; on top of it the levels must give the same bits as each
+ * other (the weights are exact and each output is one FMA chain in k order),
+ * and a row of a T-row call the same bits as that row alone. Shapes: N not a
+ * multiple of the 64-column panel, K and G such that groups of 32..K and
+ * G = K both occur, T across the 4-row tile; two extra shapes with G not a
+ * multiple of 8 (a group's last block partial).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_isa.h"
+#include "ops_cpu.h"
+#include "servelab/core.h"
+#include "test.h"
+
+/* Forces a level; 0 if this CPU does not have it. */
+static int use_isa(cpu_isa_t isa) {
+    if (isa > cpu_isa_detect()) return 0;
+    setenv("SERVELAB_CPU_ISA", cpu_isa_name(isa), 1);
+    cpu_isa_reload();
+    return cpu_isa() == isa;
+}
+
+static void restore_isa(void) {
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+    for (int i = cpu_isa_detect() + 1; i < CPU_ISA_COUNT; i++)
+        printf("  level %s: not on this CPU, not run\n", cpu_isa_name((cpu_isa_t)i));
+}
+
+/* out(T, N) by the packed op from the checkpoint's tensors. */
+static void awq_linear(float *out, const float *x, const int32_t *qw, const int32_t *qz, const uint16_t *sc,
+                       int64_t T, int64_t N, int64_t K, int64_t G) {
+    void *packed = sl_malloc(cpu_awq_packed_bytes(N, K, G));
+    cpu_awq_pack(packed, qw, qz, sc, N, K, G);
+    cpu_linear_awq_packed(out, x, packed, T, N, K, G);
+    free(packed);
+}
+
+/* One int32 with nibbles 0..7 (nibble i = i): column AWQ order[i] gets i, so
+ * columns 0..7 hold 0, 4, 1, 5, 2, 6, 3, 7. Zero point 0, scale 1, x = 1. */
+static void test_awq_nibble_order_maps_to_known_columns(void) {
+    const int64_t N = 8, K = 8, G = 8;
+    int32_t qw[8] = {0}, qz[1] = {0};
+    uint16_t sc[8];
+    qw[0] = 0x76543210; /* k = 0 */
+    for (int n = 0; n < 8; n++) sc[n] = 0x3c00; /* 1.0 */
+    const float want[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    float w[64];
+    cpu_awq_dequantize(w, qw, qz, sc, N, K, G);
+    int bad = 0;
+    for (int n = 0; n < 8; n++)
+        for (int k = 0; k < 8; k++) bad += w[n * K + k] != (k == 0 ? want[n] : 0.0f);
+    CHECK_EQ_INT(bad, 0);
+    float x[8] = {1, 0, 0, 0, 0, 0, 0, 0}, out[8];
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!use_isa((cpu_isa_t)isa)) continue;
+        awq_linear(out, x, qw, qz, sc, 1, N, K, G);
+        CHECK(!memcmp(out, want, sizeof want));
+    }
+    restore_isa();
+}
+
+/* N = 8, K = 2, G = 1 (a scale and zero per k), values worked by hand:
+ *   k = 0: q = 9 everywhere, z = 8 everywhere, s = 0.5      -> w = 0.5
+ *   k = 1: q = 0x F0000003 (col 0: 3, col 7: 15), z = 0x21 (col 0: 1,
+ *          col 2: 2), s = 2 but -0.25 at col 2             -> w[0] = 4,
+ *          w[2] = (0 - 2) * -0.25 = 0.5, w[7] = 30, the rest 0. */
+static void test_awq_dequantize_small_example_by_hand(void) {
+    const int64_t N = 8, K = 2, G = 1;
+    int32_t qw[2] = {(int32_t)0x99999999u, (int32_t)0xf0000003u}, qz[2] = {(int32_t)0x88888888u, 0x21};
+    uint16_t sc[16];
+    for (int n = 0; n < 8; n++) sc[n] = 0x3800, sc[8 + n] = 0x4000; /* 0.5, 2.0 */
+    sc[8 + 2] = 0xb400;                                              /* -0.25 */
+    const float want[8][2] = {{0.5f, 4}, {0.5f, 0}, {0.5f, 0.5f}, {0.5f, 0}, {0.5f, 0}, {0.5f, 0}, {0.5f, 0}, {0.5f, 30}};
+    float w[16];
+    cpu_awq_dequantize(w, qw, qz, sc, N, K, G);
+    CHECK(!memcmp(w, want, sizeof want));
+    /* The op on it: out = w[n][0] + 10 w[n][1]. */
+    float x[2] = {1, 10}, out[8], expect[8];
+    for (int n = 0; n < 8; n++) expect[n] = want[n][0] + 10 * want[n][1];
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!use_isa((cpu_isa_t)isa)) continue;
+        awq_linear(out, x, qw, qz, sc, 1, N, K, G);
+        CHECK(!memcmp(out, expect, sizeof expect));
+    }
+    restore_isa();
+}
+
+/* Random checkpoint tensors: nibbles uniform, scales 0.01..0.1 as fp16. */
+static void rand_awq(int32_t *qw, int32_t *qz, uint16_t *sc, int64_t N, int64_t K, int64_t G) {
+    for (int64_t i = 0; i < K * N / 8; i++) qw[i] = (int32_t)(uint32_t)test_rng();
+    for (int64_t i = 0; i < K / G * N / 8; i++) qz[i] = (int32_t)(uint32_t)test_rng();
+    for (int64_t i = 0; i < K / G * N; i++) sc[i] = f32_to_f16(0.055f + 0.045f * test_uniform());
+}
+
+/* Standard normal (Box-Muller). */
+static float rand_normal(void) {
+    double u1 = (test_uniform() + 1.0) * 0.5, u2 = test_uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(3.14159265358979323846 * u2));
+}
+
+/* |got - ref| <= 1e-5 sum_k |x||w| for every output; returns the worst
+ * fraction of the budget used. */
+static double awq_error_fraction(const float *got, const float *ref, const float *x, const float *w, int64_t T,
+                                 int64_t N, int64_t K) {
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double mag = 0;
+            for (int64_t k = 0; k < K; k++) mag += fabs((double)x[t * K + k] * w[n * K + k]);
+            double frac = fabs((double)got[t * N + n] - ref[t * N + n]) / (1e-5 * mag + 1e-30);
+            if (!(frac <= worst)) worst = frac; /* NaN too */
+        }
+    return worst;
+}
+
+static void test_awq_linear_matches_dequantized_reference_at_every_level(void) {
+    static const int64_t Ns[] = {8, 24, 72, 200}, Ks[] = {32, 128, 160, 384}, Gs[] = {32, 64, 128, 0};
+    static const int64_t Ts[] = {1, 2, 3, 7, 8, 17};
+    static const struct { int64_t N, K, G; } extra[] = {{16, 20, 10}, {24, 12, 12}};
+    const int64_t T_max = 17;
+    double worst[CPU_ISA_COUNT] = {0};
+    int n_shapes = 0, level_bits_differ = 0, batch_bits_differ = 0;
+    const int n_main = 4 * 4 * 4, n_all = n_main + (int)(sizeof extra / sizeof extra[0]);
+    for (int si = 0; si < n_all; si++) {
+        int64_t N, K, G;
+        if (si < n_main) {
+            N = Ns[si / 16], K = Ks[si / 4 % 4], G = Gs[si % 4] ? Gs[si % 4] : K;
+            if (K % G || (Gs[si % 4] == K)) continue; /* G must divide K; G = K once */
+        } else {
+            N = extra[si - n_main].N, K = extra[si - n_main].K, G = extra[si - n_main].G;
+        }
+        n_shapes++;
+        int32_t *qw = sl_malloc((size_t)(K * N / 8) * sizeof *qw), *qz = sl_malloc((size_t)(K / G * N / 8) * sizeof *qz);
+        uint16_t *sc = sl_malloc((size_t)(K / G * N) * sizeof *sc);
+        rand_awq(qw, qz, sc, N, K, G);
+        float *w = sl_malloc((size_t)(N * K) * sizeof *w), *x = sl_malloc((size_t)(T_max * K) * sizeof *x);
+        cpu_awq_dequantize(w, qw, qz, sc, N, K, G);
+        for (int64_t i = 0; i < T_max * K; i++) x[i] = rand_normal();
+        void *packed = sl_malloc(cpu_awq_packed_bytes(N, K, G));
+        cpu_awq_pack(packed, qw, qz, sc, N, K, G);
+        size_t out_bytes = (size_t)(T_max * N) * sizeof(float);
+        float *ref = sl_malloc(out_bytes), *out = sl_malloc(out_bytes), *first = sl_malloc(out_bytes);
+        float *one = sl_malloc((size_t)N * sizeof *one);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            int64_t T = Ts[ti];
+            cpu_linear(ref, x, w, DTYPE_F32, T, N, K);
+            int have_first = 0;
+            for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+                if (!use_isa((cpu_isa_t)isa)) continue;
+                memset(out, 0xff, out_bytes);
+                cpu_linear_awq_packed(out, x, packed, T, N, K, G);
+                double frac = awq_error_fraction(out, ref, x, w, T, N, K);
+                if (!(frac <= 1.0)) {
+                    fprintf(stderr, "  %s N=%lld K=%lld G=%lld T=%lld: %.1f%% of budget\n",
+                            cpu_isa_name((cpu_isa_t)isa), (long long)N, (long long)K, (long long)G, (long long)T,
+                            frac * 100);
+                    CHECK(frac <= 1.0);
+                }
+                if (!(frac <= worst[isa])) worst[isa] = frac;
+                if (have_first) level_bits_differ += memcmp(out, first, (size_t)(T * N) * sizeof *out) != 0;
+                else memcpy(first, out, (size_t)(T * N) * sizeof *out), have_first = 1;
+                for (int64_t t = 0; t < T; t++) {
+                    cpu_linear_awq_packed(one, x + t * K, packed, 1, N, K, G);
+                    batch_bits_differ += memcmp(one, out + t * N, (size_t)N * sizeof *one) != 0;
+                }
+            }
+        }
+        free(qw), free(qz), free(sc), free(w), free(x), free(packed), free(ref), free(out), free(first), free(one);
+    }
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++)
+        if (isa <= (int)cpu_isa_detect())
+            printf("  %-12s %d shapes x %d T: max error %5.1f%% of 1e-5 sum|x||w|\n", cpu_isa_name((cpu_isa_t)isa),
+                   n_shapes, (int)(sizeof Ts / sizeof Ts[0]), worst[isa] * 100);
+    /* Every level: the same bits; every row: the same bits as alone. */
+    CHECK_EQ_INT(level_bits_differ, 0);
+    CHECK_EQ_INT(batch_bits_differ, 0);
+    restore_isa();
+}
+
+/* The packed size: 64-column panels, per group a 192-byte header and
+ * ceil(G / 8) blocks of 256 bytes. */
+static void test_awq_packed_bytes(void) {
+    CHECK_EQ_INT((long long)cpu_awq_packed_bytes(200, 384, 128), 4LL * 3 * (192 + 16 * 256));
+    CHECK_EQ_INT((long long)cpu_awq_packed_bytes(8, 20, 10), 1LL * 2 * (192 + 2 * 256));
+}
+
+int main(void) {
+    test_seed();
+    printf("  this CPU: %s\n", cpu_isa_name(cpu_isa_detect()));
+    RUN(test_awq_nibble_order_maps_to_known_columns);
+    RUN(test_awq_dequantize_small_example_by_hand);
+    RUN(test_awq_packed_bytes);
+    RUN(test_awq_linear_matches_dequantized_reference_at_every_level);
+    return test_summary();
+}
