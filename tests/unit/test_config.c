@@ -222,13 +222,38 @@ static void test_sliding_window_smaller_than_context_is_rejected(void) {
     check_error(rc, &err, "sliding_window: 128", "not supported");
 }
 
-static void test_quantization_config_is_rejected(void) {
+/* AutoAWQ's GEMM format is read; every other method or layout is refused by name. */
+static void test_quantization_config_awq_is_read_and_others_rejected(void) {
     model_config_t c;
     sl_err_t err;
     int rc = parse_edited(&c, &err, "quantization_config",
-                          "{\"quant_method\": \"awq\", \"bits\": 4}", NULL);
-    check_error(rc, &err, "quantization_config: quantized checkpoints are not supported yet",
-                NULL);
+                          "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"zero_point\": true, "
+                          "\"version\": \"GEMM\", \"modules_to_not_convert\": [\"mlp.down_proj\"]}", NULL);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(c.quant.method == QUANT_AWQ && c.quant.bits == 4 && c.quant.group_size == 128);
+    CHECK(config_linear_quantized(&c, "model.layers.3.self_attn.q_proj"));
+    CHECK(!config_linear_quantized(&c, "model.layers.3.mlp.down_proj"));
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4, "
+                      "\"group_size\": -1}", NULL);
+    CHECK(rc == 0 && c.quant.group_size == -1);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"gptq\", \"bits\": 4}", NULL);
+    check_error(rc, &err, "quantization_config.quant_method: \"gptq\" is not supported (supported: awq)", NULL);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4}", NULL);
+    check_error(rc, &err, "quantization_config.group_size: missing", NULL);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 8, "
+                      "\"group_size\": 128}", NULL);
+    check_error(rc, &err, "quantization_config.bits: 8; AWQ checkpoints here are 4-bit", NULL);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4, "
+                      "\"group_size\": 0}", NULL);
+    check_error(rc, &err, "quantization_config.group_size: 0", NULL);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4, "
+                      "\"group_size\": 128, \"zero_point\": false}", NULL);
+    check_error(rc, &err, "zero_point: false (symmetric AWQ) is not supported", NULL);
+    rc = parse_edited(&c, &err, "quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4, "
+                      "\"group_size\": 128, \"version\": \"gemv\"}", NULL);
+    check_error(rc, &err, "version: \"gemv\" is not supported", "requantize with version gemm");
+    rc = parse_edited(&c, &err, "quantization_config", "[]", NULL);
+    check_error(rc, &err, "quantization_config: expected an object, found array", NULL);
 }
 
 static void test_negative_and_zero_sizes_are_rejected(void) {
@@ -441,7 +466,7 @@ int main(void) {
     RUN(test_model_type_must_match_architecture);
     RUN(test_mistral_without_effective_sliding_window_is_accepted);
     RUN(test_sliding_window_smaller_than_context_is_rejected);
-    RUN(test_quantization_config_is_rejected);
+    RUN(test_quantization_config_awq_is_read_and_others_rejected);
     RUN(test_negative_and_zero_sizes_are_rejected);
     RUN(test_wrong_json_type_is_rejected);
     RUN(test_fractional_and_huge_sizes_are_rejected);
