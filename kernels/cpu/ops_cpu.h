@@ -63,8 +63,9 @@ void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int6
  * qweight int32 (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N), nibble
  * i of an int32 holding column [0, 2, 4, 6, 1, 3, 5, 7][i] of its 8.
  * cpu_awq_dequantize: w(N, K) fp32 = (q - z) * s, the reference (exact).
- * cpu_awq_pack: the kernel's copy (layout in linear_awq.c), of
- * cpu_awq_packed_bytes; the checkpoint's tensors are not kept.
+ * cpu_awq_pack: the kernel's copy (layout in linear_awq.c) into dst of
+ * cpu_awq_packed_bytes, 4-byte aligned (64 is best); the checkpoint's
+ * tensors are not referenced afterwards.
  * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; every ISA
  * level gives the same bits, a token the same whatever T, and the exact
  * product but for the order of the additions. */
