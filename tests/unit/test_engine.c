@@ -15,7 +15,8 @@
 #include "servelab/engine.h"
 #include "test.h"
 
-#define MODEL_DIR "models/tiny"
+/* SERVELAB_TEST_MODEL names another checkpoint of tiny's tokenizer (the AWQ copy). */
+#define MODEL_DIR (getenv("SERVELAB_TEST_MODEL") ? getenv("SERVELAB_TEST_MODEL") : "models/tiny")
 #define MAX_REQS 64
 
 static tokenizer_t *tok;
