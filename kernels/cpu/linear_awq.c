@@ -1,36 +1,57 @@
 /* linear_awq.c - out(T, N) = in(T, K) . W(N, K)^T for AutoAWQ's 4-bit GEMM
  * format (W4A16): the reference dequantization, the kernel's packed copy, and
- * the op on it, in portable C, AVX2 and AVX-512 (cpu_isa.h).
+ * the op on it, in portable C, AVX2, AVX-512 and AVX-512 BF16 (cpu_isa.h).
  *
  * The checkpoint, per Linear of PyTorch shape (N, K), group size G (G | K):
  *   qweight int32 (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N);
  * nibble i (bits 4i..4i+3) of an int32 holds column [0, 2, 4, 6, 1, 3, 5, 7][i]
  * of its 8, and
  *   W[n][k] = (q(k, n) - z(k/G, n)) * s(k/G, n).
- * (q - z) * s needs at most 4 + 11 significant bits, so it is exact in fp32,
- * as is z * s: every level builds each weight exactly, as fma(q, s, -z*s), and
- * sums x * W in one fp32 FMA chain per output, in k order. The levels give the
- * same bits as each other; they differ from cpu_linear on the dequantized
- * weights only in the order of the additions.
+ * Per level:
+ *   avx512, avx2, portable  (q - z) * s needs at most 4 + 11 significant bits,
+ *       so it is exact in fp32, as is z * s: each weight is built exactly, as
+ *       fma(q, s, -z*s), and x * W summed in one fp32 FMA chain per output, in
+ *       k order. These levels give the same bits as each other; they differ
+ *       from cpu_linear on the dequantized weights only in the order of the
+ *       additions.
+ *   avx512_bf16  activations rounded to bf16 (nearest even) once per op, as
+ *       the bf16 linear does at this level (linear_packed.c), and the scale
+ *       and zero factored out per group g:
+ *         out_n = sum_g s(g, n) * (sum_{k in g} q(k, n) xb(k) - z(g, n) sx_g),
+ *       sx_g = sum_{k in g} xb(k) in fp32. The inner sum is vdpbf16ps on
+ *       exact bf16 q (products exact, fp32 sums, pairs of k), so per weight
+ *       one shift, one permute and half a dot instruction, which lets decode
+ *       keep pace with memory. Its bits are its own: against cpu_linear on the
+ *       dequantized weights applied to the bf16-rounded x it differs by
+ *       rounding of the same order as the fp32 levels'.
  *
  * Packed layout (cpu_awq_pack): panels of AWQ_NP = 64 output columns (the
  * last padded with columns whose q, z and s are 0); a panel is contiguous and
  * holds its K/G groups in k order; a group is
  *   header: s fp16 [64] (128 bytes), z uint8 [64] (64 bytes)
- *   blocks: ceil(G/8) of uint32 [64], block b, column j: nibble i (bits 4i..)
- *           = q(g*G + 8b + i, 64p + j), zero past the group's end.
+ *   blocks: ceil(G/8) of uint32 [64], block b, column j: k-step i of the
+ *           block, q(g*G + 8b + i, 64p + j), in bits 4m.. of the low half
+ *           for i = 2m and of the high half for i = 2m + 1; zero past the
+ *           group's end.
  * So one 64-byte line is 16 columns x 8 k-steps: a k-step is one shift of a
  * register, and the nibble (low 4 bits) becomes a float by a 16-entry
- * permute (AVX-512) or a mask and a convert (AVX2). A panel streams front to
- * back once per tile of tokens; T = 1 reads every nibble once.
+ * permute (AVX-512) or a mask and a convert (AVX2); a shift by 4m puts the
+ * k-pair (2m, 2m + 1) at the bottom of both 16-bit halves, the pair of bf16
+ * a vdpbf16ps lane takes, after a 16-bit permute (avx512_bf16). A panel
+ * streams front to back once per tile of tokens; T = 1 reads every nibble
+ * once.
  *
  * The work: threads take panels; a panel takes its tokens in tiles of up to
- * AWQ_MR rows (avx512; 1 elsewhere), each weight widened once per tile. A
- * token's outputs never depend on the other rows of the call. No GEMM path
- * for large T: a prefill rebuilds the weights once per tile.
- * Why not scale once per group (s * sum x q - z s * sum x, one op less per
- * weight): it rounds differently from the dequantized product, and saves
- * only ~25% of decode time on AVX-512, not enough to give up equal bits.
+ * AWQ_MR rows (avx512 levels; 1 elsewhere), each weight widened once per
+ * tile. A token's outputs never depend on the other rows of the call: a
+ * row's sums run in the same order whatever the tile. No GEMM path for large
+ * T: a prefill rebuilds the weights once per tile.
+ * Where the scale is applied: per weight at the fp32 levels, where factoring
+ * it out of the group (s * sum x q - z s * sum x) would change the bits and
+ * saves only one instruction in four per weight; per group at avx512_bf16,
+ * where the activations are rounded anyway and the bf16 dot on bare q is
+ * what brings decode near the memory's pace (over twice the fp32 levels'
+ * speed).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -70,6 +91,11 @@ void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros,
     }
 }
 
+/* Bit offset of k-step i (of 8) in a block's uint32: the even steps in the
+ * low half, the odd ones in the high half, so that one shift by 4m puts the
+ * pair (2m, 2m + 1) at the bottom of the two 16-bit halves. */
+static inline int awq_kshift(int i) { return 16 * (i & 1) + 4 * (i >> 1); }
+
 static int64_t awq_blocks_per_group(int64_t G) { return (G + AWQ_KB - 1) / AWQ_KB; }
 static size_t awq_group_bytes(int64_t G) {
     return AWQ_HDR_BYTES + (size_t)awq_blocks_per_group(G) * AWQ_NP * sizeof(uint32_t);
@@ -106,7 +132,7 @@ static void awq_pack_panels(void *arg, int64_t p0, int64_t p1, int worker) {
                 z[j] = (uint8_t)awq_nibble(a->qzeros + g * N8, n);
                 for (int64_t kk = 0; kk < a->G; kk++) {
                     uint32_t q = awq_nibble(a->qweight + (g * a->G + kk) * N8, n);
-                    blocks[(kk / AWQ_KB) * AWQ_NP + j] |= q << (4 * (kk % AWQ_KB));
+                    blocks[(kk / AWQ_KB) * AWQ_NP + j] |= q << awq_kshift((int)(kk % AWQ_KB));
                 }
             }
             memcpy(group, s, sizeof s);
@@ -148,7 +174,7 @@ static void awq_panel_portable(float *out, int64_t ldo, const uint8_t *pw, const
             for (int64_t kk = 0; kk < G; kk++) {
                 float xk = xr[g * G + kk];
                 const uint8_t *blk = blocks + (size_t)(kk / AWQ_KB) * AWQ_NP * sizeof(uint32_t);
-                int shift = 4 * (int)(kk % AWQ_KB);
+                int shift = awq_kshift((int)(kk % AWQ_KB));
                 for (int j = 0; j < AWQ_NP; j++) {
                     uint32_t u;
                     memcpy(&u, blk + 4 * j, sizeof u);
@@ -163,6 +189,7 @@ static void awq_panel_portable(float *out, int64_t ldo, const uint8_t *pw, const
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define HAVE_X86_LEVELS 1
@@ -181,7 +208,7 @@ TARGET_512 INLINE void awq_block_avx512(__m512 acc[AWQ_MR][4], const uint32_t *b
         __m512 w[4];
         for (int v = 0; v < 4; v++) {
             /* vpermps reads only the low 4 bits of each index: no mask needed. */
-            __m512 qf = _mm512_permutexvar_ps(_mm512_srli_epi32(q[v], 4 * i), lut);
+            __m512 qf = _mm512_permutexvar_ps(_mm512_srli_epi32(q[v], awq_kshift(i)), lut);
             w[v] = _mm512_fmsub_ps(qf, s[v], zs[v]); /* (q - z) * s, exact */
         }
 #pragma GCC unroll 4
@@ -235,6 +262,103 @@ TARGET_512 static void awq_panel_avx512(float *out, int64_t ldo, const uint8_t *
     }
 }
 
+/* avx512_bf16. The activations, per row and group: xb, the group's x rounded
+ * to bf16 (nearest even, denormals flushed, as the instruction does) and
+ * zero-padded to the group's 8 k-steps per block, and sx, the fp32 sum of
+ * those bf16 values. A tile then sums acc = q . xb over the group with
+ * vdpbf16ps (q in 0..15 is an exact bf16, the products are exact) and adds
+ * s * (acc - z * sx) to the output: the scale and zero once per group. */
+typedef struct {
+    uint32_t *xb;      /* (T, K/G, nb * 4) bf16 pairs */
+    float *sx;         /* (T, K/G) */
+    const float *x;    /* (T, K) */
+    int64_t K, G;
+} awq_round_args_t;
+
+TARGET_BF16 static void awq_round_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    const awq_round_args_t *a = arg;
+    int64_t n_groups = a->K / a->G, gp = awq_blocks_per_group(a->G) * AWQ_KB; /* bf16 per padded group */
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = a->x + t * a->K;
+        uint16_t *dst = (uint16_t *)(a->xb + t * n_groups * (gp / 2));
+        for (int64_t g = 0; g < n_groups; g++) {
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t kk = 0; kk < gp; kk += 16) {
+                int64_t nx = a->G - kk, nd = gp - kk;
+                __mmask16 mx = nx >= 16 ? 0xffff : nx > 0 ? (__mmask16)((1u << nx) - 1) : 0;
+                __mmask16 md = nd >= 16 ? 0xffff : (__mmask16)((1u << nd) - 1);
+                __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mx, xr + g * a->G + kk));
+                _mm256_mask_storeu_epi16(dst + g * gp + kk, md, h);
+                sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+            }
+            a->sx[t * n_groups + g] = _mm512_reduce_add_ps(sum);
+        }
+    }
+}
+
+/* bf16 of i mod 16 for i < 32 (exact): vpermw reads the low 5 bits of each
+ * 16-bit index, so the nibble above a shifted one needs no mask. */
+static const uint16_t AWQ_BF16_LUT[32] = {
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+    0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+    0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+};
+
+/* One 16-column register per 16 columns: per k-pair m of a block, one shift
+ * and one vpermw make 32 bf16 weights, which feed mr rows. */
+TARGET_BF16 INLINE void awq_tile_bf16(float *out, int64_t ldo, const uint8_t *pw, const uint32_t *xb, int64_t ldxb,
+                                      const float *sx, int64_t ldsx, int64_t K, int64_t G, int nr, const int mr) {
+    const __m512i lut = _mm512_loadu_si512(AWQ_BF16_LUT);
+    int64_t n_groups = K / G, nb = awq_blocks_per_group(G);
+    float o[AWQ_MR][AWQ_NP] = {{0}};
+    const uint8_t *group = pw;
+    for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
+        __m512 acc[AWQ_MR][4];
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+        const uint32_t *blocks = (const uint32_t *)(group + AWQ_HDR_BYTES), *xg = xb + g * nb * 4;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512i q[4];
+            for (int v = 0; v < 4; v++) q[v] = _mm512_loadu_si512(blocks + b * AWQ_NP + 16 * v);
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                __m512bh w[4];
+                for (int v = 0; v < 4; v++)
+                    w[v] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi32(q[v], 4 * m), lut);
+#pragma GCC unroll 4
+                for (int r = 0; r < mr; r++) {
+                    __m512bh xr = (__m512bh)_mm512_set1_epi32((int)xg[r * ldxb + 4 * b + m]);
+                    for (int v = 0; v < 4; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xr, w[v]);
+                }
+            }
+        }
+        for (int v = 0; v < 4; v++) {
+            __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(group + 32 * v)));
+            __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(group + 128 + 16 * v))));
+            for (int r = 0; r < mr; r++) {
+                __m512 d = _mm512_fnmadd_ps(z, _mm512_set1_ps(sx[r * ldsx + g]), acc[r][v]); /* acc - z sx */
+                _mm512_storeu_ps(o[r] + 16 * v, _mm512_fmadd_ps(s, d, _mm512_loadu_ps(o[r] + 16 * v)));
+            }
+        }
+    }
+    for (int r = 0; r < mr; r++) memcpy(out + r * ldo, o[r], (size_t)nr * sizeof(float));
+}
+
+TARGET_BF16 static void awq_panel_bf16(float *out, int64_t ldo, const uint8_t *pw, const uint32_t *xb, int64_t ldxb,
+                                       const float *sx, int64_t ldsx, int64_t K, int64_t G, int nr, int64_t T) {
+    int64_t t = 0;
+    for (; t + AWQ_MR <= T; t += AWQ_MR)
+        awq_tile_bf16(out + t * ldo, ldo, pw, xb + t * ldxb, ldxb, sx + t * ldsx, ldsx, K, G, nr, AWQ_MR);
+    switch ((int)(T - t)) {
+    case 3: awq_tile_bf16(out + t * ldo, ldo, pw, xb + t * ldxb, ldxb, sx + t * ldsx, ldsx, K, G, nr, 3); break;
+    case 2: awq_tile_bf16(out + t * ldo, ldo, pw, xb + t * ldxb, ldxb, sx + t * ldsx, ldsx, K, G, nr, 2); break;
+    case 1: awq_tile_bf16(out + t * ldo, ldo, pw, xb + t * ldxb, ldxb, sx + t * ldsx, ldsx, K, G, nr, 1); break;
+    default: break;
+    }
+}
+
 /* AVX2: 16 registers, so one row at a time over 8 registers of 8 columns;
  * each column register takes its 8 k-steps before the next is loaded. */
 TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[8], const uint32_t *blk, const float *x, int n_steps,
@@ -246,7 +370,7 @@ TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[8], const uint32_t *blk, const
         __m256 sv = _mm256_loadu_ps(s + 8 * v), zv = _mm256_loadu_ps(zs + 8 * v);
 #pragma GCC unroll 8
         for (int i = 0; i < n_steps; i++) {
-            __m256 qf = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, 4 * i), low4));
+            __m256 qf = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, awq_kshift(i)), low4));
             __m256 w = _mm256_fmsub_ps(qf, sv, zv); /* (q - z) * s, exact */
             acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(x[i]), w, acc[v]);
         }
@@ -298,6 +422,8 @@ typedef struct {
     const uint8_t *packed;
     int64_t T, N, K, G;
     awq_panel_fn_t panel;
+    const uint32_t *xb; /* avx512_bf16: x as awq_round_rows makes it, else NULL */
+    const float *sx;
 } awq_args_t;
 
 static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
@@ -307,6 +433,14 @@ static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     for (int64_t p = p0; p < p1; p++) {
         int64_t n0 = p * AWQ_NP;
         int nr = a->N - n0 < AWQ_NP ? (int)(a->N - n0) : AWQ_NP;
+#ifdef HAVE_X86_LEVELS
+        if (a->xb) {
+            int64_t n_groups = a->K / a->G;
+            awq_panel_bf16(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xb,
+                           n_groups * awq_blocks_per_group(a->G) * 4, a->sx, n_groups, a->K, a->G, nr, a->T);
+            continue;
+        }
+#endif
         a->panel(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->x, a->K, a->K, a->G, nr, a->T);
     }
 }
@@ -315,12 +449,24 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
                            int64_t G) {
     awq_check_shape(N, K, G);
     cpu_isa_t isa = cpu_isa();
-    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows};
+    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL};
+    uint32_t *xb = NULL;
+    float *sx = NULL;
 #ifdef HAVE_X86_LEVELS
-    if (isa >= CPU_ISA_AVX512) a.panel = awq_panel_avx512;
+    if (isa == CPU_ISA_AVX512_BF16) {
+        /* The activations rounded, and their group sums, once for every panel. */
+        int64_t n_groups = K / G;
+        xb = sl_malloc((size_t)(T * n_groups * awq_blocks_per_group(G) * 4) * sizeof *xb);
+        sx = sl_malloc((size_t)(T * n_groups) * sizeof *sx);
+        awq_round_args_t r = {xb, sx, in, K, G};
+        cpu_parallel_for(T * K, T, 0, awq_round_rows, &r);
+        a.xb = xb, a.sx = sx;
+    } else if (isa == CPU_ISA_AVX512) a.panel = awq_panel_avx512;
     else if (isa == CPU_ISA_AVX2) a.panel = awq_panel_avx2;
 #else
     (void)isa;
 #endif
     cpu_parallel_for(T * N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_panels, &a);
+    free(xb);
+    free(sx);
 }

@@ -66,9 +66,11 @@ void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int6
  * cpu_awq_pack: the kernel's copy (layout in linear_awq.c) into dst of
  * cpu_awq_packed_bytes, 4-byte aligned (64 is best); the checkpoint's
  * tensors are not referenced afterwards.
- * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; every ISA
- * level gives the same bits, a token the same whatever T, and the exact
- * product but for the order of the additions. */
+ * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; a token
+ * gives the same bits whatever T. The fp32 levels give the same bits as each
+ * other, the exact product but for the order of the additions; avx512_bf16
+ * rounds the activations to bf16 first, as the bf16 linear does there
+ * (linear_awq.c). */
 void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
                         int64_t K, int64_t G);
 size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G);

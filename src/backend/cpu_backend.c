@@ -226,5 +226,5 @@ void cpu_backend_log_kernels(const sl_ops_t *ops) {
     cpu_isa_t isa = cpu_isa();
     LOG_INFO("CPU kernels: %s (this CPU: %s); KV cache dtype %s%s", cpu_isa_name(isa),
              cpu_isa_name(cpu_isa_detect()), dtype_torch_name(ops->kv_dtype),
-             isa == CPU_ISA_AVX512_BF16 ? "; bf16 linears round activations to bf16 (vdpbf16ps)" : "");
+             isa == CPU_ISA_AVX512_BF16 ? "; bf16 and AWQ linears round activations to bf16 (vdpbf16ps)" : "");
 }

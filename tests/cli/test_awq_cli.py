@@ -4,7 +4,10 @@ GEMM format, servelab loads and runs it on its W4A16 CPU kernels.
 
 - its greedy answers, teacher-forced, agree with the dequantized twin's (the same weights as
   (q - z) * s in float32, an ordinary checkpoint) at >= 99% of steps, both in float32, for group
-  sizes 32 and -1 (whole inputs);
+  sizes 32 and -1 (whole inputs), at a level whose linears keep activations in float32 (avx512
+  where the CPU has avx512_bf16);
+- at avx512_bf16, whose AWQ linears round activations to bf16 as its bf16 linears do, the AWQ
+  model's top-1 on the same steps agrees with its own float32-activation answers at >= 95%;
 - a checkpoint with modules_to_not_convert (one linear kept unquantized) loads and agrees too;
 - `--quantization awq` is accepted on it and refused on an unquantized checkpoint with vLLM's
   line; the startup log names the quantization.
@@ -105,13 +108,24 @@ def keep_unquantized(awq_dir, out_dir, module):
     st_write(os.path.join(out_dir, "model.safetensors"), out)
 
 
-def generate(servelab, model, lines, *flags):
+def has_avx512_bf16():
+    try:
+        return "avx512_bf16" in open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+
+
+# The CPU level for the float32 comparisons: the best one that keeps activations in float32.
+EXACT_ENV = dict(os.environ, SERVELAB_CPU_ISA="avx512") if has_avx512_bf16() else None
+
+
+def generate(servelab, model, lines, *flags, env=EXACT_ENV):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)
         path = f.name
     try:
         res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json",
-                              *flags], capture_output=True, text=True, timeout=600)
+                              *flags], capture_output=True, text=True, timeout=600, env=env)
     finally:
         os.unlink(path)
     return res, [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
@@ -158,6 +172,14 @@ def main():
         agree = sum(o["token_ids"][0] == t for o, t in zip(outs, want))
         check(f"g{group}: the dequantized float32 twin's top-1 equals the AWQ model's at {agree} of {len(want)} "
               f"teacher-forced steps (>= 99%)", res.returncode == 0 and agree >= 0.99 * len(want), res.stderr[-500:])
+        if EXACT_ENV is not None:
+            native = dict(os.environ)
+            native.pop("SERVELAB_CPU_ISA", None)
+            res, outs = generate(args.servelab, awq, steps, "--dtype", "float32", env=native)
+            agree = sum(o["token_ids"][0] == t for o, t in zip(outs, want))
+            check(f"g{group}: at avx512_bf16 (activations rounded to bf16) the AWQ model's top-1 equals its float32-"
+                  f"activation one at {agree} of {len(want)} teacher-forced steps (>= 95%)",
+                  res.returncode == 0 and agree >= 0.95 * len(want), res.stderr[-500:])
         res, _ = generate(args.servelab, awq, [{"prompt": "hi", "max_tokens": 2}], "--quantization", "awq")
         check(f"g{group}: --quantization awq is accepted", res.returncode == 0, res.stderr[-300:])
         if group != 32:
