@@ -229,11 +229,13 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     return 0;
 }
 
-/* An AWQ tensor, checked: its shape and dtype, in place when the backend
- * reads host memory (the checkpoint's bytes are what the kernels' packed
- * copy is made from), else copied to the backend. NULL with err. */
+/* An AWQ tensor of `shape`, checked whole (shape and dtype), and the block
+ * `part` of its own (rows, cols) grid that this rank holds (NULL: all): in
+ * place when that is whole rows and the backend reads host memory (the
+ * checkpoint's bytes are what the kernels' packed copy is made from), else
+ * copied, to the backend. NULL with err. */
 static const void *load_awq_part(loader_t *L, const char *name, const int64_t shape[2], sl_dtype_t want,
-                                 sl_err_t *err) {
+                                 const part_t *part, sl_err_t *err) {
     const st_tensor_t *t = st_expect(&L->w->archive, name, 2, shape, err);
     if (!t) return NULL;
     if (t->dtype != want) {
@@ -241,18 +243,26 @@ static const void *load_awq_part(loader_t *L, const char *name, const int64_t sh
                 L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype), dtype_name(want));
         return NULL;
     }
+    part_t whole = {0, shape[0], 0, shape[1]};
+    if (!part) part = &whole;
+    size_t es = dtype_size(want), n_bytes = (size_t)(part->nr * part->nc) * es;
     L->n_used++;
-    L->w->n_bytes += t->n_bytes;
+    L->w->n_bytes += n_bytes;
     progress_step(&L->progress, 1);
-    if (L->ops->host_memory && (uintptr_t)t->data % dtype_size(want) == 0) return t->data;
-    void *host = sl_malloc(t->n_bytes);
-    memcpy(host, t->data, t->n_bytes);
-    return to_backend(L, host, t->n_bytes, err);
+    const uint8_t *rows = (const uint8_t *)t->data + (size_t)(part->r0 * shape[1]) * es;
+    if (L->ops->host_memory && part->nc == shape[1] && (uintptr_t)t->data % es == 0) return rows;
+    void *host = sl_malloc(n_bytes ? n_bytes : 1);
+    copy_part(host, want, t->data, want, shape[1], part);
+    return to_backend(L, host, n_bytes, err);
 }
 
-/* The AWQ linear `prefix` of shape (rows out, cols in): prefix.qweight,
- * .qzeros and .scales (vLLM's AWQLinearMethod), in its checkpoint layout. */
-static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols, sl_weight_t *out, sl_err_t *err) {
+/* The AWQ linear `prefix` of shape (rows out, cols in), or the block `part`
+ * of it this rank holds (NULL: all): prefix.qweight, .qzeros and .scales
+ * (vLLM's AWQLinearMethod), in its checkpoint layout. A rank's block must
+ * keep whole int32s of 8 output columns and whole groups of inputs, or it is
+ * refused as vLLM refuses it. */
+static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols, const part_t *part,
+                    sl_weight_t *out, sl_err_t *err) {
     const char *file = L->w->archive.n_files ? L->w->archive.file_names[0] : L->model_dir;
     int64_t G = L->cfg->quant.group_size == -1 ? cols : L->cfg->quant.group_size;
     if (rows % 8)
@@ -261,15 +271,27 @@ static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols,
     if (cols % G)
         return sl_fail(err, "%s: %s: group_size %lld does not divide its %lld input features", file, prefix,
                        (long long)G, (long long)cols);
+    part_t whole = {0, rows, 0, cols};
+    const part_t *p = part ? part : &whole;
+    if (p->r0 % 8 || p->nr % 8)
+        return sl_fail(err, "%s: The output size is not aligned with the quantized weight shape. This can be caused "
+                       "by too large tensor parallel size (%lld of its %lld output features per rank, not a "
+                       "multiple of 8).", prefix, (long long)p->nr, (long long)rows);
+    if (p->c0 % G || p->nc % G)
+        return sl_fail(err, "%s: The input size is not aligned with the quantized weight shape. This can be caused "
+                       "by too large tensor parallel size (%lld of its %lld input features per rank, group_size "
+                       "%lld).", prefix, (long long)p->nc, (long long)cols, (long long)G);
     char name[300];
     int64_t qshape[2] = {cols, rows / 8}, zshape[2] = {cols / G, rows / 8}, sshape[2] = {cols / G, rows};
-    *out = (sl_weight_t){.dtype = DTYPE_I32, .rows = rows, .cols = cols, .awq_group = G};
+    part_t qpart = {p->c0, p->nc, p->r0 / 8, p->nr / 8}, zpart = {p->c0 / G, p->nc / G, p->r0 / 8, p->nr / 8};
+    part_t spart = {p->c0 / G, p->nc / G, p->r0, p->nr};
+    *out = (sl_weight_t){.dtype = DTYPE_I32, .rows = p->nr, .cols = p->nc, .awq_group = G};
     snprintf(name, sizeof name, "%s.qweight", prefix);
-    if (!(out->data = load_awq_part(L, name, qshape, DTYPE_I32, err))) return -1;
+    if (!(out->data = load_awq_part(L, name, qshape, DTYPE_I32, &qpart, err))) return -1;
     snprintf(name, sizeof name, "%s.qzeros", prefix);
-    if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, err))) return -1;
+    if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, &zpart, err))) return -1;
     snprintf(name, sizeof name, "%s.scales", prefix);
-    if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, err))) return -1;
+    if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, &spart, err))) return -1;
     return 0;
 }
 
@@ -367,8 +389,6 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
         if (opts->load_format == LOAD_FORMAT_DUMMY)
             return sl_fail(err, "%s: --load-format dummy makes unquantized weights; this config is AWQ "
                            "(quantization_config)", model_dir);
-        if (shard->size > 1)
-            return sl_fail(err, "%s: tensor parallelism over AWQ weights is not supported yet", model_dir);
         L.progress.total += 2 * 7 * cfg->n_layers; /* qweight, qzeros, scales for each linear */
     }
     if (opts->load_format != LOAD_FORMAT_DUMMY && st_open_dir(model_dir, &w->archive, err) != 0)
@@ -406,7 +426,7 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
             char module[256];
             snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
             bool awq = specs[j].rows && strstr(name, "proj.weight") && config_linear_quantized(cfg, module);
-            if (awq ? load_awq(&L, module, specs[j].rows, specs[j].cols, specs[j].dst, err)
+            if (awq ? load_awq(&L, module, specs[j].rows, specs[j].cols, specs[j].part, specs[j].dst, err)
                     : load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off, specs[j].part,
                            specs[j].dst, err))
                 goto fail;

@@ -10,7 +10,9 @@ GEMM format, servelab loads and runs it on its W4A16 CPU kernels.
   model's top-1 on the same steps agrees with its own float32-activation answers at >= 95%;
 - a checkpoint with modules_to_not_convert (one linear kept unquantized) loads and agrees too;
 - `--quantization awq` is accepted on it and refused on an unquantized checkpoint with vLLM's
-  line; the startup log names the quantization.
+  line; the startup log names the quantization;
+- split over 2 and 4 tensor-parallel ranks (group size 8), it gives -tp 1's greedy tokens in
+  float32; a split that would cut a group is refused with vLLM's line.
 Needs numpy (and spm_train, as make_model.py does). Prints one line per check and
 "N passed, N failed".
 """
@@ -190,6 +192,25 @@ def main():
         agree = sum(o["token_ids"][0] == t for o, t in zip(outs, want))
         check(f"modules_to_not_convert (layer 0's down_proj unquantized): top-1 equals the AWQ model's at {agree} "
               f"of {len(want)} steps (>= 99%)", res.returncode == 0 and agree >= 0.99 * len(want), res.stderr[-500:])
+
+    # Tensor parallelism over AWQ weights: with group size 8 every rank's block keeps whole groups
+    # and whole int32s at 2 and 4 ranks; group size 32 leaves down_proj 88 inputs per rank at 4.
+    awq8 = os.path.join(tmp, "tiny-awq-g8")
+    r = subprocess.run([sys.executable, args.make_model, "--preset", "tiny", "--out", awq8, "--quantize", "awq",
+                        "--group-size", "8"], capture_output=True, text=True)
+    check("make_model --quantize awq --group-size 8", r.returncode == 0, r.stderr[-500:])
+    lines = [{"prompt_token_ids": p, "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+             for p in [[5 + 7 * i + j for j in range(12)] for i in range(6)]]
+    _, one = generate(args.servelab, awq8, lines, "--dtype", "float32")
+    for tp in (2, 4):
+        res, many = generate(args.servelab, awq8, lines, "--dtype", "float32", "-tp", str(tp))
+        same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(one, many))
+        check(f"g8 -tp {tp}: -tp 1's greedy tokens for {same} of {len(lines)} prompts",
+              res.returncode == 0 and len(one) == len(lines) and same == len(lines), res.stderr[-500:])
+    res, _ = generate(args.servelab, os.path.join(tmp, "tiny-awq-g32"), [{"prompt": "hi", "max_tokens": 2}], "-tp", "4")
+    check("g32 -tp 4 (88 inputs of down_proj per rank) exits 1 with vLLM's line",
+          res.returncode == 1 and "The input size is not aligned with the quantized weight shape" in res.stderr,
+          f"exit {res.returncode}: {res.stderr[-300:]}")
 
     res, _ = generate(args.servelab, args.tiny, [{"prompt": "hi", "max_tokens": 2}], "-q", "awq")
     line = ("Quantization method specified in the model config (None) does not match the quantization method "
