@@ -349,6 +349,14 @@ static const char *first_key(const ctx_t *c, const cJSON *obj, const char *const
     return keys[0];
 }
 
+/* s as a JSON string for a one-line message (json_describe: escaped, cut). */
+static const char *describe_str(const char *s, char *buf, size_t cap) {
+    cJSON *v = cJSON_CreateString(s);
+    json_describe(v, buf, cap);
+    cJSON_Delete(v);
+    return buf;
+}
+
 /* AutoAWQ's GEMM format: quant_method awq, 4 bits, zero points, version gemm. */
 static int parse_quant_object(const ctx_t *c, const cJSON *q, const char *where, quant_config_t *out) {
     char d[96];
@@ -358,8 +366,8 @@ static int parse_quant_object(const ctx_t *c, const cJSON *q, const char *where,
     const char *method;
     if (get_str(c, q, "quant_method", &method)) return -1;
     if (method && strcmp(method, "awq") != 0)
-        return sl_fail(c->err, "%s: %s.quant_method: \"%s\" is not supported (supported: awq)", c->path, where,
-                       method);
+        return sl_fail(c->err, "%s: %s.quant_method: %s is not supported (supported: awq)", c->path, where,
+                       describe_str(method, d, sizeof d));
     if (!method && strcmp(where, "quantization_config") == 0)
         return sl_fail(c->err, "%s: quantization_config.quant_method: missing", c->path);
     static const char *const bits_keys[] = {"bits", "w_bit"}, *const group_keys[] = {"group_size", "q_group_size"};
@@ -384,8 +392,8 @@ static int parse_quant_object(const ctx_t *c, const cJSON *q, const char *where,
     const char *version;
     if (get_str(c, q, "version", &version)) return -1;
     if (version && strcasecmp(version, "gemm") != 0)
-        return sl_fail(c->err, "%s: %s.version: \"%s\" is not supported: only AutoAWQ's GEMM layout (version "
-                       "\"gemm\") loads here%s", c->path, where, version,
+        return sl_fail(c->err, "%s: %s.version: %s is not supported: only AutoAWQ's GEMM layout (version "
+                       "\"gemm\") loads here%s", c->path, where, describe_str(version, d, sizeof d),
                        !strcasecmp(version, "gemv") ? "; requantize with version gemm" : "");
     if (obj_get(c, q, "modules_to_not_convert", &v)) return -1;
     if (v && !cJSON_IsNull(v)) {
