@@ -54,4 +54,14 @@ int parallel_n_threads(void);
  * loop) run on the calling thread alone. */
 void parallel_for(int64_t n, int max_threads, parallel_fn_t fn, void *arg);
 
+/* The spin-wait hint (x86 pause, arm yield) for loops that poll a word
+ * another thread will change. */
+static inline void parallel_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

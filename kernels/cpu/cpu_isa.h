@@ -25,4 +25,14 @@ cpu_isa_t cpu_isa(void);
 void cpu_isa_reload(void);
 const char *cpu_isa_name(cpu_isa_t isa);
 
+/* The function attributes each x86 level's code is compiled with (one
+ * definition for every kernel file); HAVE_X86_LEVELS where they exist. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HAVE_X86_LEVELS 1
+#endif
+
 #endif

@@ -187,13 +187,6 @@ static void awq_panel_portable(float *out, int64_t ldo, const uint8_t *pw, const
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define HAVE_X86_LEVELS 1
-#endif
 
 #ifdef HAVE_X86_LEVELS
 /* 4 registers of 16 columns; per k-step the 4 weights are built once and feed

@@ -139,13 +139,6 @@ void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K) { pack_kma
  * pairs (uint32) at avx512_bf16, fp32 (2 kp2 per row, zero-padded) otherwise. */
 
 #define INLINE static inline __attribute__((always_inline))
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#define TARGET_512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define HAVE_X86_LEVELS 1
-#endif
 
 #ifdef HAVE_X86_LEVELS
 TARGET_BF16 INLINE void tile_avx512_bf16(float *out, int64_t ldo, const uint32_t *pw, const uint32_t *x,

@@ -116,14 +116,6 @@ static inline parallel_pool_t *cur_pool(void) {
     return p ? p : &process_pool;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static int default_threads(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
@@ -202,7 +194,7 @@ static bool spin_until(atomic_uint *word, unsigned value, bool until_equal, doub
             if (deadline == 0.0) deadline = now + spin_s;
             else if (now > deadline) return false;
         }
-        cpu_relax();
+        parallel_relax();
     }
 }
 

@@ -21,6 +21,7 @@
 #include "servelab/comm.h"
 #include "servelab/core.h"
 #include "servelab/ops.h"
+#include "servelab/parallel.h"
 
 /* ---- the barrier --------------------------------------------------------------- */
 
@@ -53,14 +54,6 @@ void barrier_free(sl_barrier_t *b) {
     free(b);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 void barrier_wait(sl_barrier_t *b) {
     unsigned g = atomic_load(&b->gen);
     if (atomic_fetch_add(&b->count, 1) == b->n - 1) {
@@ -80,7 +73,7 @@ void barrier_wait(sl_barrier_t *b) {
             if (deadline == 0.0) deadline = now + BARRIER_SPIN_S;
             else if (now > deadline) break;
         }
-        cpu_relax();
+        parallel_relax();
     }
     pthread_mutex_lock(&b->mu);
     while (atomic_load(&b->gen) == g) pthread_cond_wait(&b->cv, &b->mu);
@@ -107,7 +100,7 @@ static void wait_until(double t) {
             ts.tv_nsec = (long)((left - 100e-6 - (double)ts.tv_sec) * 1e9);
             nanosleep(&ts, NULL);
         } else {
-            cpu_relax();
+            parallel_relax();
         }
     }
 }

@@ -27,6 +27,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+from teacher_forced import run_generate  # noqa: E402
+
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -122,15 +125,7 @@ EXACT_ENV = dict(os.environ, SERVELAB_CPU_ISA="avx512") if has_avx512_bf16() els
 
 
 def generate(servelab, model, lines, *flags, env=EXACT_ENV):
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
-        path = f.name
-    try:
-        res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json",
-                              *flags], capture_output=True, text=True, timeout=600, env=env)
-    finally:
-        os.unlink(path)
-    return res, [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    return run_generate(servelab, model, lines, flags, env)
 
 
 def main():

@@ -16,21 +16,14 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+from teacher_forced import run_generate  # noqa: E402
 
 
 def generate(servelab, model, lines, *flags):
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
-        path = f.name
-    try:
-        res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json",
-                              *flags], capture_output=True, text=True, timeout=600)
-    finally:
-        os.unlink(path)
-    return res, [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    return run_generate(servelab, model, lines, flags)
 
 
 def main():

@@ -11,19 +11,26 @@ import sys
 import tempfile
 
 
-def generate(servelab, model, lines, extra=()):
-    """servelab's outputs (the --json objects) for JSON request lines, one per line."""
+def run_generate(servelab, model, lines, extra=(), env=None):
+    """`servelab generate --json` on JSON request lines: (the finished process, its output
+    objects, one per line), for callers that judge the exit status and stderr themselves."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)
         path = f.name
     try:
         res = subprocess.run([servelab, "generate", model, "--device", "cpu", "--prompts-file", path, "--json",
-                              *extra], capture_output=True, text=True, timeout=600)
+                              *extra], capture_output=True, text=True, timeout=600, env=env)
     finally:
         os.unlink(path)
+    return res, [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+
+
+def generate(servelab, model, lines, extra=()):
+    """servelab's outputs (the --json objects) for JSON request lines, one per line."""
+    res, outs = run_generate(servelab, model, lines, extra)
     if res.returncode != 0:
         sys.exit(f"servelab failed ({res.returncode}):\n{res.stderr[-2000:]}")
-    return [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    return outs
 
 
 def teacher_forced(servelab, model, cases, whose):
