@@ -88,7 +88,7 @@ static int init_rank(llama_model_t *m, const char *model_dir, const model_config
 }
 
 /* The bits a decode step reads per weight of the AWQ linears: 4-bit values,
- * 4-bit zeros and fp16 scales per group (4.25 at group size 128). */
+ * 4-bit zeros and fp16 scales per group (4 + 20/128 = 4.16 at group size 128). */
 static double llama_awq_bits_per_weight(const llama_model_t *m) {
     double bits = 0.0, n = 0.0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
