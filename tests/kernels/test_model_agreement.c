@@ -100,7 +100,7 @@ static void test_cuda_greedy_agrees_with_cpu_teacher_forced(void) {
     llama_model_t mc, mg;
     model_runner_t rc_, rg_;
     kv_cache_t kvc, kvg;
-    model_load_opts_t lo_cpu = {.load_format = LOAD_FORMAT_AUTO, .dtype_auto = true};
+    model_load_opts_t lo_cpu = {.load_format = LOAD_FORMAT_AUTO, .dtype = DTYPE_F32};
     model_load_opts_t lo_gpu = {.load_format = LOAD_FORMAT_AUTO, .dtype = dt};
     load(&mc, &rc_, &kvc, cpu_backend_init(0), &lo_cpu);
     load(&mg, &rg_, &kvg, gpu, &lo_gpu);
