@@ -60,7 +60,8 @@ sl_comm_t *comm_local_new(int size, int64_t max_elems);
  * staging: the buffer is downloaded (which waits for the rank's work),
  * widened to fp32, reduced as the local communicator does, and uploaded
  * back in the buffer's dtype. Slow, exact in fp32, deterministic: it lets
- * the sharded model run, and be checked, on one device. */
+ * the sharded model run, and be checked, on one device. rank_ops is copied
+ * (the caller's array may live on its stack). */
 sl_comm_t *comm_staged_new(int size, int64_t max_elems, const struct sl_ops *const *rank_ops);
 
 /* NCCL (builds with CUDA and NCCL: SERVELAB_HAVE_NCCL; comm_nccl.c): size

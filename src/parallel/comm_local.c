@@ -168,7 +168,7 @@ sl_comm_t *comm_local_new(int size, int64_t max_elems) {
 
 typedef struct {
     sl_comm_t *inner;               /* the local communicator over the staging */
-    const sl_ops_t *const *rank_ops;
+    const sl_ops_t **rank_ops;      /* (size) a copy: the caller's array may be gone */
     uint8_t **raw;                  /* (size) a rank's buffer as downloaded */
     float **f32;                    /* (size) the same widened */
     int64_t max_elems;
@@ -214,6 +214,7 @@ static void staged_free(sl_comm_t *c) {
     }
     free(S->raw);
     free(S->f32);
+    free(S->rank_ops);
     S->inner->free(S->inner);
     free(S);
     free(c->reduce_s);
@@ -223,7 +224,8 @@ static void staged_free(sl_comm_t *c) {
 sl_comm_t *comm_staged_new(int size, int64_t max_elems, const sl_ops_t *const *rank_ops) {
     staged_t *S = sl_calloc(1, sizeof *S);
     S->inner = comm_local_new(size, max_elems);
-    S->rank_ops = rank_ops;
+    S->rank_ops = sl_malloc((size_t)size * sizeof *S->rank_ops);
+    memcpy(S->rank_ops, rank_ops, (size_t)size * sizeof *S->rank_ops);
     S->max_elems = max_elems;
     S->raw = sl_calloc((size_t)size, sizeof *S->raw);
     S->f32 = sl_calloc((size_t)size, sizeof *S->f32);

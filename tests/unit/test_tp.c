@@ -187,7 +187,13 @@ static float *all_position_logits(const char *dir, const model_load_opts_t *lo0,
     SL_ASSERT(config_load(dir, &cfg, &err) == 0);
     if (device && tp > 1) {
         lo.rank_ops = device_like_ptrs;
-        lo.comm = comm_staged_new(tp, (int64_t)T_SEQ * cfg.hidden_size, device_like_ptrs);
+        /* The engine passes an array on its stack: the communicator keeps a copy.
+         * Poisoned and freed here, a kept pointer fails (under ASan, by name). */
+        const sl_ops_t **ops_arg = sl_malloc((size_t)tp * sizeof *ops_arg);
+        memcpy(ops_arg, device_like_ptrs, (size_t)tp * sizeof *ops_arg);
+        lo.comm = comm_staged_new(tp, (int64_t)T_SEQ * cfg.hidden_size, ops_arg);
+        memset(ops_arg, 0, (size_t)tp * sizeof *ops_arg);
+        free(ops_arg);
     }
     llama_model_t m;
     if (llama_init(&m, dir, &lo, device ? device_like_ptrs[0] : cpu_backend_init(2), T_SEQ, T_SEQ, &err)) {
