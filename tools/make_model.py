@@ -401,11 +401,31 @@ def make_corpus(seed, n_lines=60000):
     return "\n".join(lines) + "\n"
 
 
+def run_spm_train(args, cwd):
+    """The spm_train program (Debian's 'sentencepiece'); where there is none, the same trainer
+    through the Python package's SentencePieceTrainer (same options; its version's bytes)."""
+    if shutil.which("spm_train"):
+        res = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+        if res.returncode != 0:
+            why = f"signal {-res.returncode}" if res.returncode < 0 else f"exit {res.returncode}"
+            sys.exit(f"make_model: spm_train failed ({why}):\n{(res.stderr or res.stdout)[-3000:]}")
+        return
+    try:
+        import sentencepiece
+    except ImportError:
+        sys.exit("make_model: spm_train not found; install the 'sentencepiece' package "
+                 "(Debian) or the Python package 'sentencepiece'")
+    here = os.getcwd()
+    os.chdir(cwd)   # relative names, as spm_train's, which the model's trainer_spec records
+    try:
+        sentencepiece.SentencePieceTrainer.Train(" ".join(args[1:]))
+    finally:
+        os.chdir(here)
+
+
 def train_tokenizer(out, seed, vocab_size):
     """spm_train with Llama's options, single-threaded on a fixed corpus: same bytes every run.
     It runs inside the temp dir with relative names, which the model's trainer_spec records."""
-    if not shutil.which("spm_train"):
-        sys.exit("make_model: spm_train not found; install the 'sentencepiece' package")
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "corpus.txt"), "w", encoding="utf-8") as f:
             f.write(make_corpus(seed))
@@ -417,9 +437,7 @@ def train_tokenizer(out, seed, vocab_size):
                 "--pad_id=-1", "--character_coverage=0.9995", "--max_sentence_length=4192",
                 "--num_threads=1", "--input_sentence_size=1000000",
                 "--shuffle_input_sentence=false"]
-        res = subprocess.run(args, cwd=tmp, capture_output=True, text=True)
-        if res.returncode != 0:
-            sys.exit(f"make_model: spm_train failed:\n{res.stderr[-3000:]}")
+        run_spm_train(args, tmp)
         with open(os.path.join(tmp, "tokenizer.vocab"), encoding="utf-8") as f:
             n_pieces = sum(1 for _ in f)
         if n_pieces != vocab_size:
