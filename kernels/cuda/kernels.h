@@ -66,6 +66,23 @@ int slk_rope_kv_write(void *q, void *k, const void *v, void *k_cache, void *v_ca
 int slk_gemv(void *out, const void *in, const void *w, int64_t T, int64_t N, int64_t K, sl_dtype_t dt,
              sl_dtype_t out_dt, void *stream);
 
+/* AutoAWQ's 4-bit GEMM format (W4A16; layout in linear_awq.cu): qweight int32
+ * (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N), N a multiple of
+ * 8, G dividing K; in (T, K) and out (T, N) in dt, fp32 sums, every weight
+ * built exactly as the CPU's cpu_awq_dequantize builds it.
+ * slk_awq_gemv: 1 <= T <= SLK_AWQ_MAX_T (8), qweight read once for all T
+ * rows; `workspace` of at least slk_awq_gemv_workspace_bytes(T, N, K)
+ * (the split-K partials; 0 for some shapes). Deterministic.
+ * slk_awq_dequantize: w (N, K) in dt, for the cuBLAS path of larger T.
+ * Both return cudaErrorInvalidValue for a shape, T or dtype they do not
+ * take; no launch when there is no output. */
+size_t slk_awq_gemv_workspace_bytes(int64_t T, int64_t N, int64_t K);
+int slk_awq_gemv(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                 int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *workspace, size_t workspace_bytes,
+                 void *stream);
+int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t *qzeros, const void *scales, int64_t N,
+                       int64_t K, int64_t G, sl_dtype_t dt, void *stream);
+
 /* Paged attention, out(T, H, D), as ops.h's attention: token t of sequence s
  * attends to positions 0..positions[t] of s through its block table; query
  * head h reads KV head h / (H / Hkv). `meta`'s arrays are device memory, its

@@ -177,4 +177,36 @@ static inline slk_gemv_plan_t slk_plan_gemv(int64_t T, int64_t N, int64_t K, int
     return p;
 }
 
+/* ---- AWQ W4A16 GEMV: out(T, N) = in(T, K) . W(N, K)^T, W as AutoAWQ's nibbles ----
+ * (linear_awq.cu.) A block is SLK_AWQ_THREADS threads over 32 int32 columns
+ * (256 outputs) and a chunk of K; K is split over gridDim.y = ksplit blocks
+ * until the grid has SLK_AWQ_MIN_BLOCKS blocks (4096 warps, as the bf16
+ * GEMV's SLK_GEMV_MIN_WARPS), keeping at least 64 rows (8 per warp) in a
+ * chunk. A chunk is a multiple of 8 rows; groups need not align with it
+ * (a thread reloads its scales and zeros when its row enters a new group).
+ * T runs as the next power of two (1, 2, 4, 8), the padded tokens computing
+ * nothing. */
+#define SLK_AWQ_MAX_T 8
+#define SLK_AWQ_THREADS 256
+#define SLK_AWQ_MIN_BLOCKS 512
+
+typedef struct {
+    int tokens;         /* T rounded up: 1, 2, 4 or 8 */
+    int ksplit;         /* blocks along K (gridDim.y) */
+    int64_t chunk;      /* rows of K per split */
+    int64_t col_blocks; /* cdiv(N / 8, 32) (gridDim.x) */
+} slk_awq_plan_t;
+
+/* Callers pass 1 <= T <= SLK_AWQ_MAX_T, N >= 8 a multiple of 8, K >= 1. */
+static inline slk_awq_plan_t slk_plan_awq_gemv(int64_t T, int64_t N, int64_t K) {
+    slk_awq_plan_t p;
+    p.tokens = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    p.col_blocks = slk_cdiv64(N / 8, 32);
+    int64_t split = slk_min64(slk_cdiv64(SLK_AWQ_MIN_BLOCKS, p.col_blocks), slk_cdiv64(K, 64));
+    if (split < 1) split = 1;
+    p.chunk = slk_cdiv64(slk_cdiv64(K, split), 8) * 8;
+    p.ksplit = (int)slk_cdiv64(K, p.chunk);
+    return p;
+}
+
 #endif

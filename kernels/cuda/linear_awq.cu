@@ -1,0 +1,207 @@
+/* linear_awq.cu - AutoAWQ's 4-bit GEMM format (W4A16) on CUDA:
+ * out(T, N) = in(T, K) . W(N, K)^T with the weights read as packed nibbles
+ * (slk_awq_gemv, decode-sized T), and the weights dequantized to dt for the
+ * cuBLAS path of larger T (slk_awq_dequantize).
+ *
+ * The format (as kernels/cpu/linear_awq.c), per Linear of shape (N, K) and
+ * group size G (G | K, N % 8 == 0): qweight int32 (K, N/8), qzeros int32
+ * (K/G, N/8), scales fp16 (K/G, N); nibble i (bits 4i..4i+3) of an int32 is
+ * column awq_col(i) = [0, 2, 4, 6, 1, 3, 5, 7][i] of its 8, and
+ *   W[n][k] = (q(k, n) - z(k/G, n)) * s(k/G, n).
+ * Each weight is built exactly in fp32: (q - z) * s has at most 4 + 11
+ * significant bits, and fma(q, s, -(z * s)) rounds it once, to itself
+ * (z * s is exact too). So both kernels compute the CPU twin's weights
+ * (cpu_awq_dequantize) bit for bit, and the GEMV differs from cpu_linear on
+ * them only in the order of its fp32 sums.
+ *
+ * slk_awq_gemv (memory-bound: 4.16 bits per weight at G = 128):
+ * - a block is 8 warps over 32 consecutive int32 columns of qweight (256
+ *   outputs): lane l owns column j = 32 * blockIdx.x + l, so a warp reads
+ *   128 contiguous bytes of a qweight row per access; warp w takes rows
+ *   k0 + w, k0 + w + 8, ... of the block's K chunk. A thread reloads its
+ *   column's 8 scales (one 16-byte load) and zeros (4 bytes) when its row
+ *   enters a new group: once per G / 8 rows.
+ * - the input element x(t, k) is the same for the whole warp (a broadcast
+ *   through L1); each weight serves all T tokens, so qweight is read once.
+ * - the 8 warps' sums meet in shared memory and are added in warp order;
+ *   when K is split over blocks too (gridDim.y, to give the card at least
+ *   AWQ_MIN_WARPS warps), each block writes fp32 partials to the workspace
+ *   and a second kernel adds them in split order: deterministic, run to run.
+ * Graph-capture safe: no allocation, no sync; the grid from host sizes.
+ * This file has been checked on the CUDA emulator (tests/cuda-emu), not yet
+ * on a GPU.
+ */
+#include "common.cuh"
+#include "kernels.h"
+#include "launch_plan.h"
+
+namespace {
+
+constexpr int WARPS = SLK_AWQ_THREADS / 32;
+/* Nibble i of an int32 holds column awq_col(i) of its 8: [0, 2, 4, 6, 1, 3, 5, 7][i]. */
+__device__ __forceinline__ constexpr int awq_col(int i) { return (i & 3) * 2 + (i >> 2); }
+
+/* The 8 (scale, zero * scale) pairs of column j's group g, by nibble. */
+__device__ __forceinline__ void load_group(float (&s)[8], float (&zs)[8], const int32_t *qzeros,
+                                           const __half *scales, int64_t g, int64_t j, int64_t N8) {
+    const uint32_t z = (uint32_t)__ldg(qzeros + g * N8 + j);
+    const __half *sp = scales + g * N8 * 8 + j * 8; /* the 8 scales of columns 8j..8j+7 */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        s[i] = __half2float(sp[awq_col(i)]);
+        zs[i] = (float)((z >> (4 * i)) & 15u) * s[i];
+    }
+}
+
+template <typename T, typename O, int NT>
+__global__ void __launch_bounds__(SLK_AWQ_THREADS)
+    awq_gemv_kernel(O *__restrict__ out, float *__restrict__ ws, const T *__restrict__ in,
+                    const int32_t *__restrict__ qweight, const int32_t *__restrict__ qzeros,
+                    const __half *__restrict__ scales, int T_, int64_t N, int64_t K, int64_t G, int64_t chunk) {
+    __shared__ float red[WARPS][32 * 8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t N8 = N / 8, j = (int64_t)blockIdx.x * 32 + lane;
+    const int64_t k0 = (int64_t)blockIdx.y * chunk, k1 = k0 + chunk < K ? k0 + chunk : K;
+    const bool live = j < N8;
+
+    float acc[NT][8];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[t][i] = 0.0f;
+
+    if (live) {
+        float s[8], zs[8];
+        int64_t cur = -1;
+        for (int64_t k = k0 + warp; k < k1; k += WARPS) {
+            const int64_t g = k / G;
+            if (g != cur) load_group(s, zs, qzeros, scales, g, j, N8), cur = g;
+            const uint32_t q = (uint32_t)__ldg(qweight + k * N8 + j);
+            float w[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = fmaf((float)((q >> (4 * i)) & 15u), s[i], -zs[i]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < T_) {
+                    const float x = slk::to_f32(__ldg(in + (int64_t)t * K + k));
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[t][i] = fmaf(x, w[i], acc[t][i]);
+                }
+            }
+        }
+    }
+
+    /* Per token: the warps' sums by output column, added in warp order. */
+    const int64_t n = (int64_t)blockIdx.x * 256 + threadIdx.x; /* this thread's output column below */
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= T_) break; /* T_ is the same for the whole block: no thread skips a barrier */
+#pragma unroll
+        for (int i = 0; i < 8; i++) red[warp][lane * 8 + awq_col(i)] = acc[t][i];
+        __syncthreads();
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) sum += red[w][threadIdx.x];
+        if (n < N) {
+            if (gridDim.y == 1) out[(int64_t)t * N + n] = slk::from_f32<O>(sum);
+            else ws[((int64_t)blockIdx.y * T_ + t) * N + n] = sum;
+        }
+        __syncthreads();
+    }
+}
+
+/* out(t, n) = the splits' partials summed in split order. */
+template <typename O>
+__global__ void awq_reduce_kernel(O *__restrict__ out, const float *__restrict__ ws, int64_t TN, int ksplit) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= TN) return;
+    float sum = 0.0f;
+    for (int s = 0; s < ksplit; s++) sum += ws[(int64_t)s * TN + i];
+    out[i] = slk::from_f32<O>(sum);
+}
+
+/* w(N, K) in T: lanes take consecutive k (coalesced stores of each column's
+ * row), warps consecutive int32 columns. */
+template <typename T>
+__global__ void awq_dequantize_kernel(T *__restrict__ w, const int32_t *__restrict__ qweight,
+                                      const int32_t *__restrict__ qzeros, const __half *__restrict__ scales,
+                                      int64_t N, int64_t K, int64_t G) {
+    const int64_t N8 = N / 8;
+    const int64_t k = (int64_t)blockIdx.x * 32 + threadIdx.x % 32;
+    const int64_t j = (int64_t)blockIdx.y * WARPS + threadIdx.x / 32;
+    if (k >= K || j >= N8) return;
+    float s[8], zs[8];
+    load_group(s, zs, qzeros, scales, k / G, j, N8);
+    const uint32_t q = (uint32_t)__ldg(qweight + k * N8 + j);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        w[(j * 8 + awq_col(i)) * K + k] = slk::from_f32<T>(fmaf((float)((q >> (4 * i)) & 15u), s[i], -zs[i]));
+}
+
+template <typename T, typename O, int NT>
+int launch_gemv(const slk_awq_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
+                const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
+                cudaStream_t st) {
+    const dim3 grid((unsigned)p.col_blocks, (unsigned)p.ksplit);
+    awq_gemv_kernel<T, O, NT><<<grid, SLK_AWQ_THREADS, 0, st>>>(
+        static_cast<O *>(out), static_cast<float *>(ws), static_cast<const T *>(in), qweight, qzeros,
+        static_cast<const __half *>(scales), (int)T_, N, K, G, p.chunk);
+    if (p.ksplit > 1) {
+        const int64_t TN = T_ * N;
+        awq_reduce_kernel<O><<<(unsigned)slk_cdiv64(TN, 256), 256, 0, st>>>(static_cast<O *>(out),
+                                                                          static_cast<const float *>(ws), TN,
+                                                                          p.ksplit);
+    }
+    return slk::launch_result();
+}
+
+template <typename T, typename O>
+int dispatch_tokens(const slk_awq_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
+                    const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
+                    cudaStream_t st) {
+    switch (p.tokens) {
+    case 1: return launch_gemv<T, O, 1>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    case 2: return launch_gemv<T, O, 2>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    case 4: return launch_gemv<T, O, 4>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    default: return launch_gemv<T, O, 8>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    }
+}
+
+bool bad_shape(int64_t N, int64_t K, int64_t G) { return N < 0 || K < 0 || N % 8 != 0 || G <= 0 || K % G != 0; }
+
+}  // namespace
+
+extern "C" size_t slk_awq_gemv_workspace_bytes(int64_t T, int64_t N, int64_t K) {
+    if (T <= 0 || N <= 0 || K <= 0) return 0;
+    const slk_awq_plan_t p = slk_plan_awq_gemv(T, N, K);
+    return p.ksplit > 1 ? (size_t)p.ksplit * (size_t)T * (size_t)N * sizeof(float) : 0;
+}
+
+extern "C" int slk_awq_gemv(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros,
+                            const void *scales, int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt,
+                            void *workspace, size_t workspace_bytes, void *stream) {
+    if (slk_elem_bytes(dt) == 0 || T < 0 || T > SLK_AWQ_MAX_T || bad_shape(N, K, G))
+        return (int)cudaErrorInvalidValue;
+    if (T == 0 || N == 0) return 0;
+    if (workspace_bytes < slk_awq_gemv_workspace_bytes(T, N, K)) return (int)cudaErrorInvalidValue;
+    if (K == 0) return (int)cudaMemsetAsync(out, 0, (size_t)(T * N * slk_elem_bytes(dt)), slk::as_stream(stream));
+    const slk_awq_plan_t p = slk_plan_awq_gemv(T, N, K);
+    const cudaStream_t st = slk::as_stream(stream);
+    SLK_DISPATCH(dt, E, return dispatch_tokens<E, E>(p, out, workspace, in, qweight, qzeros, scales, T, N, K, G, st));
+    return (int)cudaErrorInvalidValue;
+}
+
+extern "C" int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                                  int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *stream) {
+    if (slk_elem_bytes(dt) == 0 || bad_shape(N, K, G)) return (int)cudaErrorInvalidValue;
+    if (N == 0 || K == 0) return 0;
+    const dim3 grid((unsigned)slk_cdiv64(K, 32), (unsigned)slk_cdiv64(N / 8, WARPS));
+    if (grid.y > 65535) return (int)cudaErrorInvalidValue;
+    const cudaStream_t st = slk::as_stream(stream);
+    SLK_DISPATCH(dt, E, {
+        awq_dequantize_kernel<E><<<grid, SLK_AWQ_THREADS, 0, st>>>(static_cast<E *>(w), qweight, qzeros,
+                                                                   static_cast<const __half *>(scales), N, K, G);
+        return slk::launch_result();
+    });
+    return (int)cudaErrorInvalidValue;
+}

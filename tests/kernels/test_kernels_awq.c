@@ -1,0 +1,238 @@
+/* test_kernels_awq.c - the AWQ W4A16 kernels (kernels/cuda/linear_awq.cu)
+ * against their CPU twins: slk_awq_dequantize against cpu_awq_dequantize (bit
+ * for bit, after the rounding to dt), and slk_awq_gemv against cpu_linear on
+ * those dequantized weights in fp32 (only the order of the fp32 sums
+ * differs).
+ *
+ * Random checkpoint tensors (every nibble value, scales in [2^-10, 2^-5)),
+ * group sizes 32, 128 and K (a checkpoint's group_size -1), N from 8 to
+ * 4104 and K from 32 to 14336 (the splits of K over blocks cross groups
+ * there), every T from 1 to SLK_AWQ_MAX_T and the three dtypes. The output
+ * is poisoned with NaN bytes and followed by a poisoned guard: every element
+ * must be written, none past the end. Tolerances as test_kernels_gemv.c's
+ * (its header derives them): fp32, ||got - want|| / ||scale|| < 1e-5 with
+ * scale_i = max(|want_i|, ||terms_i||); 16-bit, per element, one ulp of dt
+ * plus 1e-5 sqrt(K) max_k |w_k x_k|.
+ */
+#include <string.h>
+
+#include "kernel_test.h"
+#include "launch_plan.h"
+
+static const sl_dtype_t DTS[] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
+#define N_DTS 3
+#define GUARD 64
+
+static cudaStream_t stream;
+
+typedef struct {
+    int64_t N, K, G;
+    int32_t *qweight, *qzeros;
+    uint16_t *scales;
+    float *w;                   /* (N, K): cpu_awq_dequantize */
+    void *d_qweight, *d_qzeros, *d_scales;
+} awq_t;
+
+static uint32_t rnd32(void) { return (uint32_t)test_rng(); }
+
+static void awq_init(awq_t *a, int64_t N, int64_t K, int64_t G) {
+    a->N = N, a->K = K, a->G = G;
+    const int64_t nq = K * (N / 8), nz = (K / G) * (N / 8), ns = (K / G) * N;
+    a->qweight = malloc((size_t)nq * 4), a->qzeros = malloc((size_t)nz * 4), a->scales = malloc((size_t)ns * 2);
+    a->w = malloc((size_t)(N * K) * sizeof(float));
+    for (int64_t i = 0; i < nq; i++) a->qweight[i] = (int32_t)rnd32();
+    for (int64_t i = 0; i < nz; i++) a->qzeros[i] = (int32_t)rnd32();
+    float *s = malloc((size_t)ns * sizeof(float));
+    for (int64_t i = 0; i < ns; i++) s[i] = ldexpf(1.0f + (float)(rnd32() % 1024) / 1024.0f, -10 + (int)(rnd32() % 5));
+    dtype_from_f32(a->scales, s, DTYPE_F16, ns);
+    free(s);
+    cpu_awq_dequantize(a->w, a->qweight, a->qzeros, a->scales, N, K, G);
+    a->d_qweight = kt_upload_raw(a->qweight, (size_t)nq * 4);
+    a->d_qzeros = kt_upload_raw(a->qzeros, (size_t)nz * 4);
+    a->d_scales = kt_upload_raw(a->scales, (size_t)ns * 2);
+}
+
+static void awq_free(awq_t *a) {
+    free(a->qweight), free(a->qzeros), free(a->scales), free(a->w);
+    cudaFree(a->d_qweight), cudaFree(a->d_qzeros), cudaFree(a->d_scales);
+}
+
+static float *fvec(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) abort();
+    return p;
+}
+
+static double ulp_at(double x, sl_dtype_t dt) {
+    int e;
+    frexp(fabs(x) > 1e-30 ? fabs(x) : 1e-30, &e);
+    int mant = dt == DTYPE_F32 ? 24 : dt == DTYPE_BF16 ? 8 : 11;
+    return ldexp(1.0, e - mant);
+}
+
+/* slk_awq_gemv for T rows of x (T, K) in dt against cpu_linear on the dequantized weights. */
+static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
+    const int64_t N = a->N, K = a->K, n_out = T * N;
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "awq_gemv %s T=%lld N=%lld K=%lld G=%lld", kt_name(dt), (long long)T, (long long)N,
+             (long long)K, (long long)a->G);
+    float *x = fvec(T * K), *want = fvec(n_out), *maxterm = fvec(n_out), *termnorm = fvec(n_out);
+    kt_fill(x, T * K, -1.0f, 1.0f, dt);
+    cpu_linear(want, x, a->w, DTYPE_F32, T, N, K);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double m = 0, ss = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double term = (double)a->w[n * K + k] * x[t * K + k];
+                m = fmax(m, fabs(term)), ss += term * term;
+            }
+            maxterm[t * N + n] = (float)m, termnorm[t * N + n] = (float)sqrt(ss);
+        }
+    void *d_x = kt_upload(x, T * K, dt), *d_out = NULL, *ws = NULL;
+    const size_t es = kt_size(dt), ws_bytes = slk_awq_gemv_workspace_bytes(T, N, K);
+    KT_CUDA(cudaMalloc(&d_out, (size_t)(n_out + GUARD) * es));
+    KT_CUDA(cudaMemset(d_out, 0xff, (size_t)(n_out + GUARD) * es));
+    if (ws_bytes) KT_CUDA(cudaMalloc(&ws, ws_bytes));
+    int rc = slk_awq_gemv(d_out, d_x, a->d_qweight, a->d_qzeros, a->d_scales, T, N, K, a->G, dt, ws, ws_bytes,
+                          stream);
+    if (rc != 0) {
+        fprintf(stderr, "  %s: launcher returned %d\n", ctx, rc);
+        test_cur_failed = 1;
+    }
+    float *got = fvec(n_out + GUARD);
+    kt_download(got, d_out, n_out + GUARD, dt);
+    int64_t unwritten = 0, clobbered = 0;
+    for (int64_t i = 0; i < n_out; i++) unwritten += isnan(got[i]);
+    for (int64_t i = n_out; i < n_out + GUARD; i++) clobbered += !isnan(got[i]);
+    if (unwritten || clobbered) {
+        fprintf(stderr, "  %s: %lld outputs not written, %lld guard elements overwritten\n", ctx,
+                (long long)unwritten, (long long)clobbered);
+        test_cur_failed = 1;
+    } else if (dt == DTYPE_F32) {
+        double d2 = 0, s2 = 0;
+        for (int64_t i = 0; i < n_out; i++) {
+            double d = (double)got[i] - want[i], sc = fmax(fabs((double)want[i]), termnorm[i]);
+            d2 += d * d, s2 += sc * sc;
+        }
+        double rel = s2 > 0 ? sqrt(d2 / s2) : sqrt(d2);
+        if (!(rel < 1e-5)) {
+            fprintf(stderr, "  %s: relative error %.3g (limit 1e-5)\n", ctx, rel);
+            test_cur_failed = 1;
+        }
+    } else {
+        int64_t worst = -1;
+        double worst_r = 0;
+        for (int64_t i = 0; i < n_out; i++) {
+            float wr;
+            uint16_t b;
+            dtype_from_f32(&b, &want[i], dt, 1), dtype_to_f32(&wr, &b, dt, 1);
+            double d = fabs((double)got[i] - wr);
+            double lim = ulp_at(fmax(fabs((double)got[i]), fabs((double)wr)), dt) + 1e-5 * sqrt((double)K) * maxterm[i];
+            if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim;
+        }
+        if (worst >= 0) {
+            fprintf(stderr, "  %s: element %lld got %.8g want %.8g (%.2fx the tolerance)\n", ctx, (long long)worst,
+                    got[worst], want[worst], worst_r);
+            test_cur_failed = 1;
+        }
+    }
+    free(x), free(want), free(maxterm), free(termnorm), free(got);
+    cudaFree(d_x), cudaFree(d_out), cudaFree(ws);
+}
+
+/* slk_awq_dequantize against cpu_awq_dequantize rounded to dt: equal bits. */
+static void check_dequantize(const awq_t *a, sl_dtype_t dt) {
+    const int64_t n = a->N * a->K;
+    const size_t es = kt_size(dt);
+    void *d_w = NULL;
+    KT_CUDA(cudaMalloc(&d_w, (size_t)(n + GUARD) * es));
+    KT_CUDA(cudaMemset(d_w, 0xff, (size_t)(n + GUARD) * es));
+    CHECK_EQ_INT(slk_awq_dequantize(d_w, a->d_qweight, a->d_qzeros, a->d_scales, a->N, a->K, a->G, dt, stream), 0);
+    uint8_t *got = malloc((size_t)(n + GUARD) * es), *want = malloc((size_t)n * es);
+    KT_CUDA(cudaDeviceSynchronize());
+    KT_CUDA(cudaMemcpy(got, d_w, (size_t)(n + GUARD) * es, cudaMemcpyDeviceToHost));
+    dtype_from_f32(want, a->w, dt, n);
+    int64_t differ = 0, first = -1, clobbered = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(got + i * es, want + i * es, es)) differ++, first = first < 0 ? i : first;
+    for (size_t i = (size_t)n * es; i < (size_t)(n + GUARD) * es; i++) clobbered += got[i] != 0xff;
+    if (differ || clobbered) {
+        fprintf(stderr, "  awq_dequantize %s N=%lld K=%lld G=%lld: %lld weights differ (first at n %lld, k %lld), "
+                "%lld guard bytes overwritten\n", kt_name(dt), (long long)a->N, (long long)a->K, (long long)a->G,
+                (long long)differ, (long long)(first < 0 ? 0 : first / a->K), (long long)(first < 0 ? 0 : first % a->K),
+                (long long)clobbered);
+        test_cur_failed = 1;
+    }
+    free(got), free(want);
+    cudaFree(d_w);
+}
+
+static void test_awq_rejects_what_it_does_not_take(void) {
+    char buf[64];
+    /* N not a multiple of 8, G not dividing K, T past the cutoff, a short workspace: refused, nothing written. */
+    CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, 1, 12, 64, 32, DTYPE_F32, NULL, 0, stream) != 0);
+    CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, 1, 16, 96, 64, DTYPE_F32, NULL, 0, stream) != 0);
+    CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, SLK_AWQ_MAX_T + 1, 16, 64, 32, DTYPE_F32, NULL, 0, stream) != 0);
+    CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, 1, 16, 64, 32, DTYPE_I32, NULL, 0, stream) != 0);
+    size_t need = slk_awq_gemv_workspace_bytes(1, 8, 4096); /* one column block: K split over many */
+    CHECK(need > 0);
+    CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, 1, 8, 4096, 128, DTYPE_F32, buf, need - 1, stream) != 0);
+    CHECK(slk_awq_dequantize(buf, NULL, NULL, NULL, 12, 64, 32, DTYPE_BF16, stream) != 0);
+}
+
+/* N, K, G; the emulator (SERVELAB_TEST_MAX_WORK) keeps the small ones. */
+static const int64_t SHAPES[][3] = {
+    {8, 32, 32},      {56, 128, 32},     {256, 128, 128},  {256, 512, 512},  {264, 4096, 128}, {520, 1024, 32},
+    {4096, 4096, 128}, {4104, 1024, 32}, {1024, 14336, 128}, {8, 4096, -1},
+};
+
+static void test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape(void) {
+    for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
+        int64_t N = SHAPES[s][0], K = SHAPES[s][1], G = SHAPES[s][2] < 0 ? K : SHAPES[s][2];
+        if (kt_too_big(SLK_AWQ_MAX_T * N * K)) continue;
+        awq_t a;
+        awq_init(&a, N, K, G);
+        for (int d = 0; d < N_DTS; d++) {
+            check_dequantize(&a, DTS[d]);
+            for (int64_t T = 1; T <= SLK_AWQ_MAX_T; T++) check_gemv(&a, T, DTS[d]);
+        }
+        awq_free(&a);
+    }
+}
+
+/* The same call twice: the same bits (the splits are summed in a fixed order). */
+static void test_awq_gemv_is_deterministic(void) {
+    const int64_t N = 256, K = 2048, G = 128, T = 3;
+    awq_t a;
+    awq_init(&a, N, K, G);
+    float *x = fvec(T * K);
+    kt_fill(x, T * K, -1.0f, 1.0f, DTYPE_BF16);
+    void *d_x = kt_upload(x, T * K, DTYPE_BF16), *ws = NULL, *o1 = NULL, *o2 = NULL;
+    size_t wsb = slk_awq_gemv_workspace_bytes(T, N, K);
+    CHECK(wsb > 0); /* the split path */
+    KT_CUDA(cudaMalloc(&ws, wsb));
+    KT_CUDA(cudaMalloc(&o1, (size_t)(T * N) * 2));
+    KT_CUDA(cudaMalloc(&o2, (size_t)(T * N) * 2));
+    CHECK_EQ_INT(slk_awq_gemv(o1, d_x, a.d_qweight, a.d_qzeros, a.d_scales, T, N, K, G, DTYPE_BF16, ws, wsb, stream), 0);
+    CHECK_EQ_INT(slk_awq_gemv(o2, d_x, a.d_qweight, a.d_qzeros, a.d_scales, T, N, K, G, DTYPE_BF16, ws, wsb, stream), 0);
+    uint16_t *h1 = malloc((size_t)(T * N) * 2), *h2 = malloc((size_t)(T * N) * 2);
+    KT_CUDA(cudaDeviceSynchronize());
+    KT_CUDA(cudaMemcpy(h1, o1, (size_t)(T * N) * 2, cudaMemcpyDeviceToHost));
+    KT_CUDA(cudaMemcpy(h2, o2, (size_t)(T * N) * 2, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(h1, h2, (size_t)(T * N) * 2) == 0);
+    free(h1), free(h2), free(x);
+    cudaFree(d_x), cudaFree(ws), cudaFree(o1), cudaFree(o2);
+    awq_free(&a);
+}
+
+int main(void) {
+    kt_require_gpu();
+    test_seed();
+    KT_CUDA(cudaStreamCreate(&stream));
+    RUN(test_awq_rejects_what_it_does_not_take);
+    RUN(test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape);
+    RUN(test_awq_gemv_is_deterministic);
+    kt_report_left_out();
+    KT_CUDA(cudaStreamDestroy(stream));
+    return test_summary();
+}
