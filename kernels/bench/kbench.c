@@ -258,6 +258,7 @@ int main(int argc, char **argv) {
         kb_bench_elementwise(&c, m);
         kb_bench_attention(&c, m);
         kb_bench_gemm(&c, m);
+        kb_bench_awq(&c, m);
         kb_bench_sample(&c, m);
     }
 
