@@ -119,6 +119,10 @@ struct sl_ops {
      * (64-byte aligned host memory, which the loader owns: weights.c). */
     size_t (*packed_bytes)(void *ctx, const sl_weight_t *w);
     void (*pack_linear)(void *ctx, const sl_weight_t *w, void *dst);
+    /* linear reads AWQ weights as loaded (data, qzeros and scales in backend
+     * memory, no packed copy): the CUDA backend. A backend with neither this
+     * nor packed_bytes has no W4A16 kernels and refuses AWQ checkpoints. */
+    int awq_weights;
 
     /* Optional (NULL on CPU, whose ops cannot fail). A device backend never
      * exits from an op: a failure (a kernel fault, a cuBLAS error, no memory

@@ -72,11 +72,15 @@ int slk_gemv(void *out, const void *in, const void *w, int64_t T, int64_t N, int
  * built exactly as the CPU's cpu_awq_dequantize builds it.
  * slk_awq_gemv: 1 <= T <= SLK_AWQ_MAX_T (8), qweight read once for all T
  * rows; `workspace` of at least slk_awq_gemv_workspace_bytes(T, N, K)
- * (the split-K partials; 0 for some shapes). Deterministic.
+ * (the split-K partials; 0 for some shapes; never over
+ * slk_awq_gemv_workspace_max_bytes()). Deterministic.
  * slk_awq_dequantize: w (N, K) in dt, for the cuBLAS path of larger T.
  * Both return cudaErrorInvalidValue for a shape, T or dtype they do not
  * take; no launch when there is no output. */
 size_t slk_awq_gemv_workspace_bytes(int64_t T, int64_t N, int64_t K);
+/* At least slk_awq_gemv_workspace_bytes of every shape and T (8 MiB): a
+ * workspace of this size never moves, so CUDA graphs can hold it. */
+size_t slk_awq_gemv_workspace_max_bytes(void);
 int slk_awq_gemv(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros, const void *scales,
                  int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *workspace, size_t workspace_bytes,
                  void *stream);

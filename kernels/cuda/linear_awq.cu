@@ -171,6 +171,14 @@ bool bad_shape(int64_t N, int64_t K, int64_t G) { return N < 0 || K < 0 || N % 8
 
 }  // namespace
 
+/* The plan splits K only while the grid has under SLK_AWQ_MIN_BLOCKS blocks, so
+ * ksplit <= cdiv(512, cdiv(N / 8, 32)) <= 512 * 256 / N + 1, and
+ * ksplit * N < 2 * 512 * 256 (when N >= 512 * 256 there is no split): the
+ * partials of any shape fit T * 4 * 2 * 512 * 256 bytes, 8 MiB at T = 8. */
+extern "C" size_t slk_awq_gemv_workspace_max_bytes(void) {
+    return (size_t)SLK_AWQ_MAX_T * sizeof(float) * 2 * SLK_AWQ_MIN_BLOCKS * 256;
+}
+
 extern "C" size_t slk_awq_gemv_workspace_bytes(int64_t T, int64_t N, int64_t K) {
     if (T <= 0 || N <= 0 || K <= 0) return 0;
     const slk_awq_plan_t p = slk_plan_awq_gemv(T, N, K);

@@ -76,6 +76,10 @@ typedef struct {
     void *retired_ws[MAX_RETIRED]; /* earlier graph workspaces, still read by the graphs captured on them */
     int n_retired;
     void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
+    void *awq_ws;           /* slk_awq_gemv's split partials: its fixed bound, allocated at first use */
+    size_t awq_ws_bytes;
+    void *awq_w;            /* an AWQ linear dequantized for cuBLAS (T > SLK_AWQ_MAX_T), the largest one */
+    size_t awq_w_bytes;
     void *sample_ws;        /* slk_sample's scratch: zero between calls (zeroed when it grows) */
     size_t sample_ws_bytes;
     void *sample_in;        /* rows, then ids, then bias, uploaded for slk_sample */
@@ -312,7 +316,54 @@ static void cu_thread_init(void *ctx) {
  *   C = out's bytes, column-major (N, T) with ldc = N.
  * The reduction runs along K, contiguous in both operands (the "TN" layout). */
 static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
+                 int64_t T, const char *op);
+
+/* An AWQ linear (W4A16, ops.h): up to SLK_AWQ_MAX_T rows the GEMV on the
+ * nibbles; past that the weight is dequantized into awq_w and multiplied by
+ * cuBLAS (the bytes are 4.5 per weight then, not 0.52: a batched 4-bit
+ * kernel is what would make large batches faster than bf16). Both kernels
+ * build each weight exactly as the CPU's AWQ kernels do. awq_w grows to the
+ * largest linear during the first forward (the profiling or warm-up run,
+ * before any graph is captured); the GEMV's workspace is its fixed bound. */
+static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
+                       int64_t T, const char *op) {
+    int64_t N = w->rows, K = w->cols, G = w->awq_group;
+    if (ctype != cuda_type(c->dt)) {
+        record(c, __LINE__, "%s: AWQ weights give activations in the activation dtype only", op);
+        return;
+    }
+    int rc;
+    const char *what;
+    if (T <= SLK_AWQ_MAX_T) {
+        if (!grow(c, &c->awq_ws, &c->awq_ws_bytes, slk_awq_gemv_workspace_max_bytes(), "AWQ GEMV workspace")) return;
+        rc = slk_awq_gemv(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->awq_ws, c->awq_ws_bytes,
+                          c->stream);
+        what = "slk_awq_gemv";
+    } else {
+        if (!grow(c, &c->awq_w, &c->awq_w_bytes, (size_t)(N * K) * dtype_size(c->dt), "AWQ dequantized weights"))
+            return;
+        rc = slk_awq_dequantize(c->awq_w, w->data, w->qzeros, w->scales, N, K, G, c->dt, c->stream);
+        what = "slk_awq_dequantize";
+    }
+    if (rc != 0) {
+        int sticky = clear_is_sticky((cudaError_t)rc);
+        record(c, __LINE__, "CUDA error: %s (%s: %s of (%lld, %lld) x (%lld, %lld)^T, group size %lld)",
+               cudaGetErrorString((cudaError_t)rc), what, op, (long long)T, (long long)K, (long long)N,
+               (long long)K, (long long)G);
+        if (sticky) c->fatal = 1;
+        return;
+    }
+    if (T <= SLK_AWQ_MAX_T) return;
+    const sl_weight_t plain = {.data = c->awq_w, .dtype = c->dt, .rows = N, .cols = K};
+    gemm(c, out, ctype, in, &plain, T, op);
+}
+
+static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                  int64_t T, const char *op) {
+    if (w->awq_group) {
+        awq_linear(c, out, ctype, in, w, T, op);
+        return;
+    }
     check_weight(c, w);
     int64_t N = w->rows, K = w->cols;
     if (T <= GEMV_MAX_T) {
@@ -705,6 +756,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .rope_kv_write = op_rope_kv_write,
         .last_error = cu_last_error,
         .logits_device = op_logits_device,
+        .awq_weights = 1,
         .sample = op_sample,
         .graph_begin = cu_graph_begin,
         .graph_end = cu_graph_end,

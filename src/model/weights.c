@@ -382,8 +382,8 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
     L.progress = (progress_t){.t0 = sl_now_s(), .total = n_tensors, .enabled = opts->progress};
 
     if (cfg->quant.method == QUANT_AWQ) {
-        /* Where AWQ runs: the CPU kernels, on whole weights (for now). */
-        if (!ops->packed_bytes)
+        /* Where AWQ runs: the CPU kernels (on their packed copy) or CUDA's (on the checkpoint's tensors). */
+        if (!ops->packed_bytes && !ops->awq_weights)
             return sl_fail(err, "%s: an AWQ checkpoint: the %s backend has no W4A16 kernels yet. Hint: run with "
                            "--device cpu", model_dir, ops->name);
         if (opts->load_format == LOAD_FORMAT_DUMMY)

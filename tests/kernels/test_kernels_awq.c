@@ -180,6 +180,25 @@ static void test_awq_rejects_what_it_does_not_take(void) {
     CHECK(slk_awq_dequantize(buf, NULL, NULL, NULL, 12, 64, 32, DTYPE_BF16, stream) != 0);
 }
 
+/* The backend sizes the workspace once, at the bound: no shape may need more. */
+static void test_awq_workspace_never_exceeds_its_bound(void) {
+    const size_t max = slk_awq_gemv_workspace_max_bytes();
+    size_t worst = 0;
+    for (int64_t N = 8; N <= (int64_t)1 << 18; N += N < 4096 ? 8 : 1032)
+        for (int64_t K = 32; K <= 65536; K *= 2)
+            for (int64_t T = 1; T <= SLK_AWQ_MAX_T; T++) {
+                size_t b = slk_awq_gemv_workspace_bytes(T, N, K);
+                worst = b > worst ? b : worst;
+                if (b > max) {
+                    fprintf(stderr, "  T=%lld N=%lld K=%lld needs %zu bytes, over the bound %zu\n", (long long)T,
+                            (long long)N, (long long)K, b, max);
+                    test_cur_failed = 1;
+                    return;
+                }
+            }
+    CHECK(worst > max / 2); /* the bound is near what some shape needs */
+}
+
 /* N, K, G; the emulator (SERVELAB_TEST_MAX_WORK) keeps the small ones. */
 static const int64_t SHAPES[][3] = {
     {8, 32, 32},      {56, 128, 32},     {256, 128, 128},  {256, 512, 512},  {264, 4096, 128}, {520, 1024, 32},
@@ -230,6 +249,7 @@ int main(void) {
     test_seed();
     KT_CUDA(cudaStreamCreate(&stream));
     RUN(test_awq_rejects_what_it_does_not_take);
+    RUN(test_awq_workspace_never_exceeds_its_bound);
     RUN(test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape);
     RUN(test_awq_gemv_is_deterministic);
     kt_report_left_out();
