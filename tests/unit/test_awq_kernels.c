@@ -21,6 +21,8 @@
 #include "cpu_isa.h"
 #include "ops_cpu.h"
 #include "servelab/core.h"
+#include "servelab/dtype.h"
+#include "servelab/safetensors.h"
 #include "test.h"
 
 /* Forces a level; 0 if this CPU does not have it. */
@@ -198,6 +200,69 @@ static void test_awq_linear_matches_dequantized_reference_at_every_level(void) {
     restore_isa();
 }
 
+/* AutoAWQ's own packing (tests/golden/awq_autoawq, written by tools/awq-golden
+ * with AutoAWQ's pseudo_quantize_tensor, WQLinear_GEMM.from_linear and
+ * dequantize_gemm): the reference dequantization, and every kernel level
+ * reading each weight back (unit input rows: out(t, n) = W(n, t), one term,
+ * exact), give AutoAWQ's fp16 weights bit for bit once rounded to fp16 (its
+ * dequantization is the same product in fp16, one rounding). */
+static void test_awq_autoawq_golden_unpacks_bit_for_bit(void) {
+    static const struct { int64_t N, K, G; } cases[] = {{64, 128, 32}, {96, 256, 128}, {32, 192, 64}, {32, 96, 96}};
+    st_archive_t a;
+    sl_err_t err;
+    if (st_open_dir("tests/golden/awq_autoawq", &a, &err)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t N = cases[c].N, K = cases[c].K, G = cases[c].G;
+        char name[64], base[32];
+        snprintf(base, sizeof base, "n%lld_k%lld_g%lld", (long long)N, (long long)K, (long long)G);
+        const int64_t qs[2] = {K, N / 8}, zs[2] = {K / G, N / 8}, ss[2] = {K / G, N}, ds[2] = {N, K};
+        const st_tensor_t *t[4];
+        const char *suffix[4] = {"qweight", "qzeros", "scales", "dequant"};
+        const int64_t *shape[4] = {qs, zs, ss, ds};
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "%s.%s", base, suffix[i]);
+            t[i] = st_expect(&a, name, 2, shape[i], &err);
+            if (!t[i]) {
+                fprintf(stderr, "  %s\n", err.msg);
+                CHECK(0);
+                st_close(&a);
+                return;
+            }
+        }
+        const int32_t *qw = t[0]->data, *qz = t[1]->data;
+        const uint16_t *sc = t[2]->data, *want = t[3]->data;
+        float *w = sl_malloc((size_t)(N * K) * sizeof *w);
+        cpu_awq_dequantize(w, qw, qz, sc, N, K, G);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < N * K; i++) differ += f32_to_f16(w[i]) != want[i];
+        if (differ) fprintf(stderr, "  %s: cpu_awq_dequantize: %lld of %lld weights differ\n", base,
+                            (long long)differ, (long long)(N * K));
+        CHECK_EQ_INT(differ, 0);
+        /* Each kernel level, through its packed copy: K unit rows read W column by column. */
+        void *packed = sl_malloc(cpu_awq_packed_bytes(N, K, G));
+        cpu_awq_pack(packed, qw, qz, sc, N, K, G);
+        float *eye = calloc((size_t)(K * K), sizeof *eye), *out = sl_malloc((size_t)(K * N) * sizeof *out);
+        for (int64_t k = 0; k < K; k++) eye[k * K + k] = 1.0f;
+        for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+            if (!use_isa((cpu_isa_t)isa)) continue;
+            cpu_linear_awq_packed(out, eye, packed, K, N, K, G);
+            differ = 0;
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t n = 0; n < N; n++) differ += f32_to_f16(out[k * N + n]) != want[n * K + k];
+            if (differ) fprintf(stderr, "  %s %s: %lld of %lld weights differ\n", base, cpu_isa_name((cpu_isa_t)isa),
+                                (long long)differ, (long long)(N * K));
+            CHECK_EQ_INT(differ, 0);
+        }
+        restore_isa();
+        free(w), free(packed), free(eye), free(out);
+    }
+    st_close(&a);
+}
+
 /* The packed size: 64-column panels, per group a 192-byte header and
  * ceil(G / 8) blocks of 256 bytes. */
 static void test_awq_packed_bytes(void) {
@@ -212,5 +277,6 @@ int main(void) {
     RUN(test_awq_dequantize_small_example_by_hand);
     RUN(test_awq_packed_bytes);
     RUN(test_awq_linear_matches_dequantized_reference_at_every_level);
+    RUN(test_awq_autoawq_golden_unpacks_bit_for_bit);
     return test_summary();
 }
