@@ -165,6 +165,12 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
         LOG_INFO("Quantization: awq (AutoAWQ GEMM, 4-bit, group size %d%s): the %s backend's W4A16 kernels, "
                  "%.2f bits per weight read", cfg.quant.group_size, cfg.quant.group_size == -1 ? ": whole inputs" : "",
                  ops0->name, llama_awq_bits_per_weight(m));
+    /* vLLM's warning for its plain awq kernels, and true of ours on a device: past
+     * 8 rows a linear is dequantized for cuBLAS (cuda_backend.c), more bytes
+     * than bf16 moves. The CPU's batched W4 kernel is not slower than its bf16. */
+    if (cfg.quant.method == QUANT_AWQ && !ops0->host_memory)
+        LOG_WARNING("awq quantization is not fully optimized yet. The speed can be slower than non-quantized "
+                    "models.");
     LOG_INFO("Loading weights took %.2f seconds", load_s);
     LOG_INFO("Model loading took %.4f GiB and %.6f seconds", (double)m->w.n_bytes / (1024.0 * 1024.0 * 1024.0),
              load_s);
