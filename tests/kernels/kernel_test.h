@@ -60,6 +60,21 @@ static inline void kt_report_left_out(void) {
     if (kt_n_left_out) printf("%lld case(s) left out by SERVELAB_TEST_MAX_WORK\n", (long long)kt_n_left_out);
 }
 
+/* n floats (at least one), or abort. */
+static inline float *kt_fvec(int64_t n) {
+    float *p = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) abort();
+    return p;
+}
+
+/* The spacing of dt's values at |x| (its ulp there; subnormals ignored: the outputs compared are far above them). */
+static inline double kt_ulp_at(double x, sl_dtype_t dt) {
+    int e;
+    frexp(fabs(x) > 1e-30 ? fabs(x) : 1e-30, &e); /* |x| in [2^(e-1), 2^e) */
+    int mant = dt == DTYPE_F32 ? 24 : dt == DTYPE_BF16 ? 8 : 11;
+    return ldexp(1.0, e - mant);
+}
+
 /* n uniform values in [lo, hi) from test_rng(), rounded to dt in place (so host and device agree). */
 static inline void kt_fill(float *x, int64_t n, float lo, float hi, sl_dtype_t dt) {
     kt_fill_with(test_rng, x, n, lo, hi, dt);

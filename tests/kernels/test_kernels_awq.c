@@ -57,26 +57,13 @@ static void awq_free(awq_t *a) {
     cudaFree(a->d_qweight), cudaFree(a->d_qzeros), cudaFree(a->d_scales);
 }
 
-static float *fvec(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) abort();
-    return p;
-}
-
-static double ulp_at(double x, sl_dtype_t dt) {
-    int e;
-    frexp(fabs(x) > 1e-30 ? fabs(x) : 1e-30, &e);
-    int mant = dt == DTYPE_F32 ? 24 : dt == DTYPE_BF16 ? 8 : 11;
-    return ldexp(1.0, e - mant);
-}
-
 /* slk_awq_gemv for T rows of x (T, K) in dt against cpu_linear on the dequantized weights. */
 static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
     const int64_t N = a->N, K = a->K, n_out = T * N;
     char ctx[160];
     snprintf(ctx, sizeof ctx, "awq_gemv %s T=%lld N=%lld K=%lld G=%lld", kt_name(dt), (long long)T, (long long)N,
              (long long)K, (long long)a->G);
-    float *x = fvec(T * K), *want = fvec(n_out), *maxterm = fvec(n_out), *termnorm = fvec(n_out);
+    float *x = kt_fvec(T * K), *want = kt_fvec(n_out), *maxterm = kt_fvec(n_out), *termnorm = kt_fvec(n_out);
     kt_fill(x, T * K, -1.0f, 1.0f, dt);
     cpu_linear(want, x, a->w, DTYPE_F32, T, N, K);
     for (int64_t t = 0; t < T; t++)
@@ -99,7 +86,7 @@ static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
         fprintf(stderr, "  %s: launcher returned %d\n", ctx, rc);
         test_cur_failed = 1;
     }
-    float *got = fvec(n_out + GUARD);
+    float *got = kt_fvec(n_out + GUARD);
     kt_download(got, d_out, n_out + GUARD, dt);
     int64_t unwritten = 0, clobbered = 0;
     for (int64_t i = 0; i < n_out; i++) unwritten += isnan(got[i]);
@@ -127,7 +114,7 @@ static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
             uint16_t b;
             dtype_from_f32(&b, &want[i], dt, 1), dtype_to_f32(&wr, &b, dt, 1);
             double d = fabs((double)got[i] - wr);
-            double lim = ulp_at(fmax(fabs((double)got[i]), fabs((double)wr)), dt) + 1e-5 * sqrt((double)K) * maxterm[i];
+            double lim = kt_ulp_at(fmax(fabs((double)got[i]), fabs((double)wr)), dt) + 1e-5 * sqrt((double)K) * maxterm[i];
             if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim;
         }
         if (worst >= 0) {
@@ -224,7 +211,7 @@ static void test_awq_gemv_is_deterministic(void) {
     const int64_t N = 256, K = 2048, G = 128, T = 3;
     awq_t a;
     awq_init(&a, N, K, G);
-    float *x = fvec(T * K);
+    float *x = kt_fvec(T * K);
     kt_fill(x, T * K, -1.0f, 1.0f, DTYPE_BF16);
     void *d_x = kt_upload(x, T * K, DTYPE_BF16), *ws = NULL, *o1 = NULL, *o2 = NULL;
     size_t wsb = slk_awq_gemv_workspace_bytes(T, N, K);

@@ -50,20 +50,14 @@ static cudaStream_t stream;
 
 /* ---- helpers ------------------------------------------------------------------- */
 
-static float *fvec(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) abort();
-    return p;
-}
-
 static float *rand_vec(int64_t n, float lo, float hi, sl_dtype_t dt) {
-    float *x = fvec(n);
+    float *x = kt_fvec(n);
     kt_fill(x, n, lo, hi, dt);
     return x;
 }
 
 static float *copy_vec(const float *x, int64_t n) {
-    float *y = fvec(n);
+    float *y = kt_fvec(n);
     memcpy(y, x, (size_t)n * sizeof(float));
     return y;
 }
@@ -154,7 +148,7 @@ static void embed_case(sl_dtype_t dt, int64_t T, int64_t n) {
     const int64_t V = 37;
     char ctx[96];
     snprintf(ctx, sizeof ctx, "embed T=%lld n=%lld", (long long)T, (long long)n);
-    float *table = rand_vec(V * n, -1.0f, 1.0f, dt), *got = fvec(T * n), *want = fvec(T * n);
+    float *table = rand_vec(V * n, -1.0f, 1.0f, dt), *got = kt_fvec(T * n), *want = kt_fvec(T * n);
     int32_t *ids = make_indices(T, V);
     void *d_table = kt_upload(table, V * n, dt), *d_ids = kt_upload_raw(ids, (size_t)T * sizeof(int32_t));
     void *d_out = dev_poisoned(T * n, dt);
@@ -184,7 +178,7 @@ static void embed_shard_case(sl_dtype_t dt, int64_t T, int64_t n, int64_t V, int
     char ctx[128];
     snprintf(ctx, sizeof ctx, "embed shard [%lld, %lld) of V=%lld T=%lld n=%lld", (long long)vocab0,
              (long long)(vocab0 + n_rows), (long long)V, (long long)T, (long long)n);
-    float *table = rand_vec(n_rows * n, -1.0f, 1.0f, dt), *got = fvec(T * n), *want = fvec(T * n);
+    float *table = rand_vec(n_rows * n, -1.0f, 1.0f, dt), *got = kt_fvec(T * n), *want = kt_fvec(T * n);
     int32_t *ids = make_indices(T, V);
     const int64_t edges[4] = {vocab0, vocab0 - 1, vocab0 + n_rows, vocab0 + n_rows - 1};
     for (int64_t t = 0; t < T && t < 4; t++)
@@ -224,7 +218,7 @@ static void gather_case(sl_dtype_t dt, int64_t S, int64_t n) {
     const int64_t R = S + 5;
     char ctx[96];
     snprintf(ctx, sizeof ctx, "gather_rows S=%lld n=%lld", (long long)S, (long long)n);
-    float *in = rand_vec(R * n, -2.0f, 2.0f, dt), *got = fvec(S * n), *want = fvec(S * n);
+    float *in = rand_vec(R * n, -2.0f, 2.0f, dt), *got = kt_fvec(S * n), *want = kt_fvec(S * n);
     int32_t *idx = make_indices(S, R);
     void *d_in = kt_upload(in, R * n, dt), *d_idx = kt_upload_raw(idx, (size_t)S * sizeof(int32_t));
     void *d_out = dev_poisoned(S * n, dt);
@@ -252,7 +246,7 @@ static void add_case(sl_dtype_t dt, int64_t n, int64_t offset) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "add n=%lld offset=%lld", (long long)n, (long long)offset);
     float *x = rand_vec(n + offset, -2.0f, 2.0f, dt), *y = rand_vec(n + offset, -2.0f, 2.0f, dt);
-    float *got = fvec(n + offset), *want = copy_vec(x, n + offset);
+    float *got = kt_fvec(n + offset), *want = copy_vec(x, n + offset);
     void *d_x = kt_upload(x, n + offset, dt), *d_y = kt_upload(y, n + offset, dt);
     size_t off = (size_t)offset * kt_size(dt);
     expect_rc(slk_add((char *)d_x + off, (char *)d_y + off, n, dt, stream), ctx);
@@ -279,12 +273,12 @@ static void silu_case(sl_dtype_t dt, int64_t n, int64_t offset, int in_place) {
     snprintf(ctx, sizeof ctx, "silu_mul n=%lld offset=%lld%s", (long long)n, (long long)offset,
              in_place ? " in place" : "");
     float *g = rand_vec(n + offset, -8.0f, 8.0f, dt), *u = rand_vec(n + offset, -2.0f, 2.0f, dt);
-    float *got = fvec(n), *want = fvec(n);
+    float *got = kt_fvec(n), *want = kt_fvec(n);
     void *d_g = kt_upload(g, n + offset, dt), *d_u = kt_upload(u, n + offset, dt);
     void *d_out = in_place ? d_g : dev_poisoned(n + offset, dt);
     size_t off = (size_t)offset * kt_size(dt);
     expect_rc(slk_silu_mul((char *)d_out + off, (char *)d_g + off, (char *)d_u + off, n, dt, stream), ctx);
-    float *all = fvec(n + offset);
+    float *all = kt_fvec(n + offset);
     kt_download(all, d_out, n + offset, dt);
     memcpy(got, all + offset, (size_t)n * sizeof(float));
     cpu_silu_mul(want, g + offset, u + offset, n);
@@ -314,7 +308,7 @@ static void rmsnorm_case(sl_dtype_t dt, int64_t T, int64_t n, int in_place) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "rmsnorm T=%lld n=%lld%s", (long long)T, (long long)n, in_place ? " in place" : "");
     float *x = rand_vec(T * n, -2.0f, 2.0f, dt), *w = rand_vec(n, -1.5f, 1.5f, dt);
-    float *got = fvec(T * n), *want = fvec(T * n);
+    float *got = kt_fvec(T * n), *want = kt_fvec(T * n);
     void *d_x = kt_upload(x, T * n, dt), *d_w = kt_upload(w, n, dt);
     void *d_out = in_place ? d_x : dev_poisoned(T * n, dt);
     expect_rc(slk_rmsnorm(d_out, d_x, d_w, T, n, eps, dt, stream), ctx);
@@ -354,7 +348,7 @@ static void add_rmsnorm_case(sl_dtype_t dt, int64_t T, int64_t n, int out_is_y) 
     snprintf(ctx, sizeof ctx, "add_rmsnorm T=%lld n=%lld%s", (long long)T, (long long)n, out_is_y ? " out=y" : "");
     float *x = rand_vec(T * n, -2.0f, 2.0f, dt), *y = rand_vec(T * n, -2.0f, 2.0f, dt);
     float *w = rand_vec(n, -1.5f, 1.5f, dt);
-    float *got_x = fvec(T * n), *got = fvec(T * n), *want_x = copy_vec(x, T * n), *want = fvec(T * n);
+    float *got_x = kt_fvec(T * n), *got = kt_fvec(T * n), *want_x = copy_vec(x, T * n), *want = kt_fvec(T * n);
     void *d_x = kt_upload(x, T * n, dt), *d_y = kt_upload(y, T * n, dt), *d_w = kt_upload(w, n, dt);
     void *d_out = out_is_y ? d_y : dev_poisoned(T * n, dt);
     expect_rc(slk_add_rmsnorm(d_x, d_out, d_y, d_w, T, n, eps, dt, stream), ctx);
@@ -413,7 +407,7 @@ static void rope_case(sl_dtype_t dt, int64_t T, int64_t H, int64_t Hkv, int64_t 
     cpu_rope(q, k, pos, T, H, Hkv, D, theta, scale);
     round_to_dt(q, T * H * D, dt);
     round_to_dt(k, T * row, dt);
-    float *got = fvec(T * H * D > n_slots * row ? T * H * D : n_slots * row);
+    float *got = kt_fvec(T * H * D > n_slots * row ? T * H * D : n_slots * row);
     kt_download(got, d_q, T * H * D, dt);
     expect_close(ctx, got, q, T * H * D, dt, rope_ulps(dt), rope_floor(dt), 1);
     kt_download(got, d_k, T * row, dt);
@@ -463,7 +457,7 @@ static void kv_write_case(sl_dtype_t dt, int64_t T, int64_t Hkv, int64_t D) {
     void *d_slots = kt_upload_raw(slots, (size_t)T * sizeof(int64_t));
     expect_rc(slk_kv_write(d_kc, d_vc, d_k, d_v, d_slots, T, Hkv, D, dt, stream), ctx);
     cpu_kv_write(kc, vc, k, v, slots, T, Hkv, D);
-    float *got = fvec(n_slots * row);
+    float *got = kt_fvec(n_slots * row);
     kt_download(got, d_kc, n_slots * row, dt);
     expect_exact(ctx, got, kc, n_slots * row, dt);
     kt_download(got, d_vc, n_slots * row, dt);

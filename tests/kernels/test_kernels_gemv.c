@@ -43,20 +43,6 @@ static const int64_t KS[] = {1, 8, 64, 4096, 4099, 14336};
 
 static cudaStream_t stream;
 
-static float *fvec(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) abort();
-    return p;
-}
-
-/* The spacing of dt's values at |x| (its ulp there; subnormals ignored: the outputs here are far above them). */
-static double ulp_at(double x, sl_dtype_t dt) {
-    int e;
-    frexp(fabs(x) > 1e-30 ? fabs(x) : 1e-30, &e); /* |x| in [2^(e-1), 2^e) */
-    int mant = dt == DTYPE_F32 ? 24 : dt == DTYPE_BF16 ? 8 : 11;
-    return ldexp(1.0, e - mant);
-}
-
 static void round_to_dt(float *x, int64_t n, sl_dtype_t dt) {
     if (dt == DTYPE_F32) return;
     void *tmp = malloc((size_t)(n > 0 ? n : 1) * 2);
@@ -81,8 +67,8 @@ static void inputs_init(gemv_inputs_t *c, sl_dtype_t dt, int64_t N, int64_t K, i
     const int64_t T = SLK_GEMV_MAX_T;
     const size_t es = kt_size(dt);
     c->dt = dt, c->N = N, c->K = K, c->off = off;
-    c->w = fvec(N * K), c->in = fvec(T * K), c->want = fvec(T * N), c->maxterm = fvec(T * N);
-    c->termnorm = fvec(T * N);
+    c->w = kt_fvec(N * K), c->in = kt_fvec(T * K), c->want = kt_fvec(T * N), c->maxterm = kt_fvec(T * N);
+    c->termnorm = kt_fvec(T * N);
     kt_fill(c->w, N * K, -1.0f, 1.0f, dt);
     kt_fill(c->in, T * K, -1.0f, 1.0f, dt);
     void *raw_w = malloc((size_t)(N * K) * es), *raw_in = malloc((size_t)(T * K) * es);
@@ -125,7 +111,7 @@ static float *run_case(const gemv_inputs_t *c, int64_t T, sl_dtype_t out_dt) {
         fprintf(stderr, "  %s: launcher returned %d (%s)\n", ctx, rc, cudaGetErrorString((cudaError_t)rc));
         test_cur_failed = 1;
     }
-    float *got = fvec(n_out + GUARD);
+    float *got = kt_fvec(n_out + GUARD);
     kt_download(got, d_out, n_out + GUARD, out_dt);
     cudaFree(d_out);
 
@@ -150,14 +136,14 @@ static float *run_case(const gemv_inputs_t *c, int64_t T, sl_dtype_t out_dt) {
             test_cur_failed = 1;
         }
     } else {
-        float *want = fvec(n_out);
+        float *want = kt_fvec(n_out);
         memcpy(want, c->want, (size_t)n_out * sizeof(float));
         round_to_dt(want, n_out, out_dt);
         int64_t worst = -1;
         double worst_r = 0;
         for (int64_t i = 0; i < n_out; i++) {
             double d = fabs((double)got[i] - want[i]);
-            double lim = ulp_at(fmax(fabs((double)got[i]), fabs((double)want[i])), out_dt) +
+            double lim = kt_ulp_at(fmax(fabs((double)got[i]), fabs((double)want[i])), out_dt) +
                          1e-5 * sqrt((double)K) * c->maxterm[i];
             if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim;
         }
