@@ -57,6 +57,8 @@ typedef struct {
     bool max_num_batched_tokens_set;/* without chunked prefill, vLLM raises an unset budget to max_model_len */
     uint64_t seed;                  /* --seed: seeds requests that bring none, in submission order */
     struct faults *faults;          /* lab: the fault table read each step (NULL: none; borrowed) */
+    const char *trace_path;         /* --trace: the engine's Chrome/Perfetto trace, written at engine_free */
+    int64_t trace_max_bytes;        /* --trace-max-mb: the trace's ring (0: 64 MiB) */
 } engine_config_t;
 
 /* vLLM's defaults for a small GPU (max-num-seqs 256, max-num-batched-tokens

@@ -54,6 +54,7 @@ typedef struct request {
      * server, queued in the scheduler, first scheduled, first and last token. */
     double t_arrival, t_queued, t_first_scheduled, t_first_token, t_last_token, t_finished;
     char *request_id;           /* for log lines (shared by the n sequences of one request) */
+    uint64_t seq_no;            /* the engine's sequence number, in submission order (trace tracks) */
     struct engine_stream *stream;
 } request_t;
 

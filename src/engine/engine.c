@@ -158,6 +158,8 @@ void engine_free(engine_t *e) {
     e->n_incoming = 0;
     double now = sl_now_s();
     engine_finish_all(e, FINISH_ABORT, now);
+    sl_err_t err;
+    if (trace_close(e->trace, &err)) LOG_ERROR("%s", err.msg);
     lab_free(e);
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
@@ -308,6 +310,7 @@ engine_stream_t *engine_submit_ex(engine_t *e, const int32_t *prompt, int32_t n_
         r->stop_index = r->stop_token = -1;
         r->t_arrival = arrival;
         r->request_id = request_id;
+        r->seq_no = e->n_sequences++;
         r->stream = st;
         st->seqs[i] = r;
         if (e->n_incoming == e->cap_incoming) {

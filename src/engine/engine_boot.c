@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine_internal.h"
 #include "servelab/kv_sizing.h"
@@ -373,7 +374,7 @@ static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_
 #endif
 }
 
-engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
+static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
     engine_config_t c = *cfg;
     model_config_t mc;
     if (config_load(c.model_dir, &mc, err) || resolve_lengths(&c, &mc, err)) return NULL;
@@ -401,5 +402,24 @@ engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
     double t0 = sl_now_s();
     engine_t *e = assemble(&c, &m, tok, err);
     if (e) LOG_INFO("init engine (profile, create kv cache, warmup model) took %.2f seconds", sl_now_s() - t0);
+    return e;
+}
+
+/* The trace file is opened first, so an unwritable path fails before the
+ * model loads; a failed start leaves no file behind. */
+engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
+    engine_trace_t *trace = NULL;
+    if (cfg->trace_path &&
+        !(trace = trace_open(cfg->trace_path, cfg->trace_max_bytes > 0 ? (size_t)cfg->trace_max_bytes : (size_t)64 << 20,
+                             err)))
+        return NULL;
+    engine_t *e = create(cfg, err);
+    if (!e) {
+        sl_err_t ignored;
+        trace_close(trace, &ignored);
+        if (cfg->trace_path) unlink(cfg->trace_path);
+        return NULL;
+    }
+    e->trace = trace;
     return e;
 }

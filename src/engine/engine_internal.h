@@ -63,6 +63,8 @@ typedef struct {
     int32_t n_leaked, cap_leaked;
 } engine_lab_t;
 
+typedef struct engine_trace engine_trace_t;
+
 struct engine {
     engine_config_t cfg;            /* resolved (engine_boot.c) */
     llama_model_t model;
@@ -98,7 +100,18 @@ struct engine {
     uint32_t step_faults;           /* the lab's mask as this step loaded it */
     engine_lab_t lab;
     double step_forward_s, step_allreduce_s; /* this step's runner time and its all-reduce part */
+    engine_trace_t *trace;          /* --trace (NULL: off) */
+    uint64_t n_sequences;           /* sequences submitted (guarded by mu) */
 };
+
+/* trace.c: the --trace file (header there). trace_open checks the path is
+ * writable (one line in err otherwise); trace_close writes the events and
+ * frees the trace (a failed write: -1 with err). */
+engine_trace_t *trace_open(const char *path, size_t cap_bytes, sl_err_t *err);
+void trace_step(engine_trace_t *t, const sched_output_t *so, int32_t n_sampled, double t_start, double t_end,
+                double forward_s);
+void trace_request_done(engine_trace_t *t, const request_t *r);
+int trace_close(engine_trace_t *t, sl_err_t *err);
 
 /* engine.c: builds the engine around a model and tokenizer that engine_boot.c
  * loaded (and the engine then owns), sizes and allocates the KV cache. On

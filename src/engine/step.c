@@ -67,6 +67,7 @@ static void retire(engine_t *e, request_t *r, finish_reason_t why, double now, e
     r->status = REQ_FINISHED;
     r->finish = why;
     r->t_finished = now;
+    if (e->trace) trace_request_done(e->trace, r);
     last_event->finish = why;
     em_finished(e->metrics, r);
     engine_stream_t *st = r->stream;
@@ -330,6 +331,7 @@ bool engine_step(engine_t *e) {
         fail_step(e, so, fail_msg, failed == 2, done);
         return true;
     }
+    if (e->trace) trace_step(e->trace, so, n_rows, now, done, e->step_forward_s);
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];
 
     int64_t n_gen = 0, n_prompt_done = 0;
