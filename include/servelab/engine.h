@@ -181,6 +181,12 @@ typedef struct {
 } engine_stats_t;
 void engine_get_stats(engine_t *e, engine_stats_t *out);
 
+/* The lab page's view of the engine (src/engine/lab_snapshot.c documents the
+ * JSON): enable before engine_start; engine_lab_snapshot returns the newest
+ * snapshot (malloc'd, any thread), NULL when not enabled. */
+void engine_enable_lab_ui(engine_t *e);
+char *engine_lab_snapshot(engine_t *e);
+
 /* Registers vLLM's V1 engine metrics (vllm:*, labels model_name and engine="0")
  * in `reg` and records them from now on: gauges and counters once per step,
  * latencies from each request's timestamps (engine_metrics.c says which).

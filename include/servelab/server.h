@@ -44,6 +44,7 @@ typedef struct {
     struct faults *faults;             /* lab: http_error is checked here (NULL: no faults; borrowed) */
     bool enable_fault_injection;       /* --enable-fault-injection: the /admin/faults API (needs admin_key) */
     const char *admin_key;             /* --admin-key: Bearer key of the /admin routes (never an API key) */
+    bool enable_lab_ui;                /* --enable-lab-ui: GET /lab/snapshot (behind admin_key when set) */
 } server_config_t;
 
 void server_config_default(server_config_t *c);

@@ -69,7 +69,9 @@ static const char *serve_help =
     "  --fault NAME[:key=value,...]  start with this fault on; repeat for several (none): step_delay:ms=N,\n"
     "                                suppress_eos, http_error[:rate=PCT,types=T1,T2,count=N]\n"
     "  --enable-fault-injection      serve the /admin/faults API (off; needs --admin-key)\n"
-    "  --admin-key KEY               Bearer key of /admin/*, never an API key (none)\n";
+    "  --admin-key KEY               Bearer key of /admin/* and /lab/*, never an API key (none)\n"
+    "  --enable-lab-ui               serve GET /lab/snapshot: the queues and the KV block map as JSON\n"
+    "                                (off; behind --admin-key when one is set)\n";
 
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
@@ -106,7 +108,7 @@ static _Noreturn void unknown_flag(const struct option *opts, const char *arg) {
 
 int cli_serve(int argc, char **argv) {
     enum { O_MODEL = 256, O_HOST, O_PORT, O_NAME, O_KEY, O_TEMPLATE, O_GENCFG, O_LOGREQ, O_NOLOGREQ,
-           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_HEADER_TIMEOUT, O_BODY_TIMEOUT, O_NOSTATS, O_FAULT, O_FAULT_API, O_ADMIN_KEY };
+           O_MAXLOG, O_MAXBYTES, O_MAXWAIT, O_HEADER_TIMEOUT, O_BODY_TIMEOUT, O_NOSTATS, O_FAULT, O_FAULT_API, O_ADMIN_KEY, O_LAB_UI };
     static const struct option own[] = {
         {"model", required_argument, 0, O_MODEL},
         {"host", required_argument, 0, O_HOST},
@@ -125,6 +127,7 @@ int cli_serve(int argc, char **argv) {
         {"disable-log-stats", no_argument, 0, O_NOSTATS},
         {"fault", required_argument, 0, O_FAULT},
         {"enable-fault-injection", no_argument, 0, O_FAULT_API},
+        {"enable-lab-ui", no_argument, 0, O_LAB_UI},
         {"admin-key", required_argument, 0, O_ADMIN_KEY},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -178,6 +181,7 @@ int cli_serve(int argc, char **argv) {
             break;
         }
         case O_FAULT_API: sc.enable_fault_injection = true; break;
+        case O_LAB_UI: sc.enable_lab_ui = true; break;
         case O_ADMIN_KEY: sc.admin_key = optarg; break;
         case 'h': printf("%s%s%s%s", serve_usage, engine_usage, serve_help, engine_help); free(opts); return 0;
         default: unknown_flag(opts, argv[optind - 1]);
@@ -275,6 +279,7 @@ int cli_serve(int argc, char **argv) {
     /* servelab:fault_* only where the lab is used, so /metrics is vLLM's otherwise. */
     if (n_faults > 0 || sc.enable_fault_injection) faults_bind_metrics(fault_table, metrics);
     for (int i = 0; i < n_faults; i++) faults_set(fault_table, &faults[i]);
+    if (sc.enable_lab_ui) engine_enable_lab_ui(engine);
     engine_start(engine);
     server_t *srv = server_start(&sc, engine, engine_tokenizer(engine), tmpl, special, &err);
     if (!srv) sl_die("%s", err.msg);

@@ -161,6 +161,7 @@ void engine_free(engine_t *e) {
     sl_err_t err;
     if (trace_close(e->trace, &err)) LOG_ERROR("%s", err.msg);
     lab_free(e);
+    lab_snapshot_free(e);
     for (int32_t i = 0; i < e->n_aborts; i++) engine_stream_unref(e->aborts[i]);
     free(e->incoming);
     free(e->aborts);

@@ -101,6 +101,13 @@ struct engine {
     engine_lab_t lab;
     double step_forward_s, step_allreduce_s; /* this step's runner time and its all-reduce part */
     engine_trace_t *trace;          /* --trace (NULL: off) */
+    struct {                        /* the lab page's snapshot (lab_snapshot.c) */
+        bool on, last_idle;
+        pthread_mutex_t mu;         /* guards text */
+        char *text;
+        double t0, t_last;
+        int64_t step_prefill, step_decode;
+    } lab_snap;
     uint64_t n_sequences;           /* sequences submitted (guarded by mu) */
 };
 
@@ -112,6 +119,12 @@ void trace_step(engine_trace_t *t, const sched_output_t *so, int32_t n_sampled, 
                 double forward_s);
 void trace_request_done(engine_trace_t *t, const request_t *r);
 int trace_close(engine_trace_t *t, sl_err_t *err);
+
+/* lab_snapshot.c (header there): the step's work, then the snapshot at the
+ * end of engine_publish_stats (rate-limited); freed with the engine. */
+void lab_snapshot_step(engine_t *e, const sched_output_t *so);
+void lab_snapshot_publish(engine_t *e, double kv_usage, bool idle);
+void lab_snapshot_free(engine_t *e);
 
 /* engine.c: builds the engine around a model and tokenizer that engine_boot.c
  * loaded (and the engine then owns), sizes and allocates the KV cache. On

@@ -207,6 +207,7 @@ void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
     m.d_allreduce_s = e->step_allreduce_s;
     e->step_forward_s = e->step_allreduce_s = 0.0;
     em_flush(e->metrics, &m);
+    if (e->lab_snap.on) lab_snapshot_publish(e, m.kv_usage, !sched_has_work(&e->sched));
 }
 
 /* vLLM V0's preemption warning (V1 has none), every 50th preemption from the
@@ -332,6 +333,7 @@ bool engine_step(engine_t *e) {
         return true;
     }
     if (e->trace) trace_step(e->trace, so, n_rows, now, done, e->step_forward_s);
+    if (e->lab_snap.on) lab_snapshot_step(e, so);
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];
 
     int64_t n_gen = 0, n_prompt_done = 0;

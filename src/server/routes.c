@@ -483,6 +483,24 @@ static enum MHD_Result admin_faults(http_req_t *r) {
     return method_not_allowed(r, name ? "DELETE" : "GET, POST, DELETE");
 }
 
+static enum MHD_Result not_found(http_req_t *r);
+
+/* GET /lab/snapshot (--enable-lab-ui): the engine's newest snapshot, read-only;
+ * behind the admin key when one is set. */
+static enum MHD_Result lab_snapshot(http_req_t *r) {
+    struct server *s = r->srv;
+    if (strcmp(r->method, "GET") != 0) return method_not_allowed(r, "GET");
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (s->cfg.admin_key &&
+        !http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])s->routes->admin_digest, 1)) {
+        static const char body[] = "{\"error\":\"Unauthorized\"}";
+        return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    char *body = engine_lab_snapshot(s->engine);
+    if (!body) return not_found(r);
+    return respond_json(r, 200, body, strlen(body));
+}
+
 /* http_error (lab): a POST request under /v1/ failed before it reaches the engine. */
 static bool inject_http_error(http_req_t *r, uint32_t lab, enum MHD_Result *ret) {
     faults_t *f = r->srv->cfg.faults;
@@ -560,5 +578,6 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     }
     if (s->cfg.enable_fault_injection && (!strcmp(url, "/admin/faults") || !strncmp(url, "/admin/faults/", 14)))
         return admin_faults(r);
+    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/snapshot")) return lab_snapshot(r);
     return not_found(r);
 }
