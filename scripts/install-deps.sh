@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh run    to build and serve: the compiler and libraries, python3 and
 #                                  the packages tools/import-gguf needs (make run)
 #   scripts/install-deps.sh test   all of run, plus what the tests use: clang and its fuzzing
-#                                  runtime, Prometheus, sentencepiece's trainer (tools/make_model.py),
+#                                  runtime, Prometheus, Chromium (the lab page's browser test),
+#                                  sentencepiece's trainer (tools/make_model.py),
 #                                  the openai and tokenizers packages (make test; the default)
 # Debian packages via apt-get; Python packages via pip.
 set -euo pipefail
@@ -15,7 +16,7 @@ apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsen
 # Python packages: module name -> pip requirement. gguf brings numpy.
 declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
 if [ "$what" = test ]; then
-    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus)
+    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus chromium)
     py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20")
 fi
 

@@ -53,7 +53,9 @@ static void add_request(cJSON *list, const request_t *r, bool running) {
     cJSON_AddNumberToObject(o, "output_tokens", request_n_output(r));
     cJSON_AddNumberToObject(o, "max_tokens", r->max_tokens);
     cJSON_AddNumberToObject(o, "preemptions", r->n_preemptions);
-    cJSON_AddItemToObject(o, "blocks", cJSON_CreateIntArray(r->blocks.ids, r->blocks.n));
+    /* cJSON_CreateIntArray gives NULL for no numbers: a request holding no block has []. */
+    cJSON_AddItemToObject(o, "blocks", r->blocks.n > 0 ? cJSON_CreateIntArray(r->blocks.ids, r->blocks.n)
+                                                       : cJSON_CreateArray());
     cJSON_AddItemToArray(list, o);
 }
 

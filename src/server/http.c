@@ -219,6 +219,7 @@ static void req_free(http_req_t *r) {
     pthread_mutex_unlock(&s->mu);
     free(r->body);
     free(r->out);
+    free(r->lab_last);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }

@@ -51,6 +51,10 @@ typedef struct http_req {
     size_t out_len, out_off, out_cap;
     bool sse_finished;
     struct route_job *job;          /* engine work of this request (routes.c) */
+    /* GET /lab/events (routes.c): the next snapshot's time and the last one sent. */
+    bool lab_events;
+    double lab_next;
+    char *lab_last;
 } http_req_t;
 
 struct server {

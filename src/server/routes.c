@@ -302,7 +302,37 @@ static void release_held(http_req_t *r, route_job_t *j) {
     faults_count(r->srv->cfg.faults, FAULT_STREAM_DELAY, 1);
 }
 
+/* GET /lab/events: the engine's snapshot as an SSE event whenever it has
+ * changed, looked at LAB_EVENTS_HZ times a second (the ticker wakes the
+ * parked connection); the engine refreshes it at most 4 times a second. */
+#define LAB_EVENTS_HZ 4.0
+static void lab_events_fill(http_req_t *r) {
+    if (r->srv->stopping) {
+        r->sse_finished = true;
+        return;
+    }
+    double now = sl_now_s();
+    if (now >= r->lab_next) {
+        char *text = engine_lab_snapshot(r->srv->engine);
+        if (text && (!r->lab_last || strcmp(text, r->lab_last) != 0)) {
+            http_out_append(r, "data: ", 6);
+            http_out_append(r, text, strlen(text));
+            http_out_append(r, "\n\n", 2);
+            free(r->lab_last);
+            r->lab_last = text;
+        } else {
+            free(text);
+        }
+        r->lab_next = now + 1.0 / LAB_EVENTS_HZ;
+    }
+    http_wake_at(r, r->lab_next);
+}
+
 void routes_stream_fill(http_req_t *r) {
+    if (r->lab_events) {
+        lab_events_fill(r);
+        return;
+    }
     route_job_t *j = r->job;
     if (!j) {
         r->sse_finished = true;
@@ -485,9 +515,14 @@ static enum MHD_Result admin_faults(http_req_t *r) {
 
 static enum MHD_Result not_found(http_req_t *r);
 
-/* GET /lab/snapshot (--enable-lab-ui): the engine's newest snapshot, read-only;
- * behind the admin key when one is set. */
-static enum MHD_Result lab_snapshot(http_req_t *r) {
+/* The lab page, src/server/lab_page.html as compiled in (CMakeLists.txt). */
+extern const unsigned char lab_page_html[];
+extern const size_t lab_page_html_len;
+
+/* GET /lab/snapshot and /lab/events (--enable-lab-ui): the engine's newest
+ * snapshot, once or as a stream of SSE events; read-only, behind the admin
+ * key when one is set. */
+static enum MHD_Result lab_snapshot(http_req_t *r, bool events) {
     struct server *s = r->srv;
     if (strcmp(r->method, "GET") != 0) return method_not_allowed(r, "GET");
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
@@ -495,6 +530,10 @@ static enum MHD_Result lab_snapshot(http_req_t *r) {
         !http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])s->routes->admin_digest, 1)) {
         static const char body[] = "{\"error\":\"Unauthorized\"}";
         return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    if (events) {
+        r->lab_events = true;
+        return http_start_sse(r);
     }
     char *body = engine_lab_snapshot(s->engine);
     if (!body) return not_found(r);
@@ -578,6 +617,13 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
     }
     if (s->cfg.enable_fault_injection && (!strcmp(url, "/admin/faults") || !strncmp(url, "/admin/faults/", 14)))
         return admin_faults(r);
-    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/snapshot")) return lab_snapshot(r);
+    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/snapshot")) return lab_snapshot(r, false);
+    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/events")) return lab_snapshot(r, true);
+    if (s->cfg.enable_lab_ui && (!strcmp(url, "/lab") || !strcmp(url, "/lab/"))) {
+        /* No data in it (the snapshot route holds the key check), so no key to load it. */
+        if (strcmp(r->method, "GET") != 0) return method_not_allowed(r, "GET");
+        return http_respond(r, 200, "text/html; charset=utf-8", (const char *)lab_page_html, lab_page_html_len, NULL,
+                            NULL);
+    }
     return not_found(r);
 }

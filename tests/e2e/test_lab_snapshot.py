@@ -6,6 +6,7 @@ prefill in chunks), steps slowed to ~15 ms by the step_delay fault (so that a fe
 second see the load unfold), the lab UI and an admin key, then:
 - the route needs the admin key (401 without, 200 with), answers GET only (405), and is absent
   without --enable-lab-ui (404);
+- GET /lab/events streams the same snapshots as SSE, each one different from the last;
 - while a long request holds a prompt prefix and 24 more (8 of them on the same prefix) run
   beside it, every snapshot polled is consistent: the map's runs cover the pool and their
   per-state counts are the counts given; free + cached + used + shared = the pool;
@@ -99,6 +100,11 @@ def consistent(s):
         return "states do not add up to the pool"
     if abs((kv["used"] + kv["shared"]) / n - kv["usage"]) > 1e-9:
         return f"usage {kv['usage']} but {kv['used'] + kv['shared']} of {n} blocks held"
+    fields = {"id": str, "state": str, "prompt_tokens": int, "computed_tokens": int, "output_tokens": int,
+              "max_tokens": int, "preemptions": int, "blocks": list}
+    for r in s["running"] + s["waiting"]:
+        if any(not isinstance(r.get(k), t) for k, t in fields.items()):
+            return f"request {r.get('id')}: a field is missing or of the wrong type: {r}"
     for r in s["running"]:
         if any(not 1 <= b <= n or expanded[b - 1] not in "us" for b in r["blocks"]):
             return f"running {r['id']} has a block that is not held: {r['blocks']}"
@@ -152,8 +158,23 @@ def main():
             snaps.append(json.loads(get(base, "/lab/snapshot", KEY)[1]))
             time.sleep(0.05)
 
+    events = []
+
+    def follow():  # GET /lab/events: the same snapshots as SSE, for 3 s of the load
+        req = urllib.request.Request(base + "/lab/events", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            events.append(r.headers.get("Content-Type", ""))
+            end = time.time() + 3.0
+            for line in r:
+                if line.startswith(b"data: "):
+                    events.append(json.loads(line[6:]))
+                if time.time() > end:
+                    break
+
     poller = threading.Thread(target=poll)
     poller.start()
+    follower = threading.Thread(target=follow)
+    follower.start()
     holder = threading.Thread(target=one, args=(prefix + "one", 200))
     holder.start()
     time.sleep(0.3)  # the holder's prefix blocks are computed and cached by now
@@ -166,8 +187,13 @@ def main():
     time.sleep(0.6)  # the idle snapshot is published as the engine goes idle
     done.set()
     poller.join()
+    follower.join()
     check(not errors, f"25 completions ({errors[:1]})")
 
+    sse = events[1:]
+    check(events and events[0].startswith("text/event-stream") and len(sse) >= 4
+          and all(not consistent(s) for s in sse) and len({s["time"] for s in sse}) == len(sse),
+          f"/lab/events: {len(sse)} distinct, consistent snapshots in 3 s")
     bad = [(i, consistent(s)) for i, s in enumerate(snaps) if consistent(s)]
     check(not bad, f"{len(snaps)} snapshots, each consistent{': ' + str(bad[0]) if bad else ''}")
     steps = [s["steps"] for s in snaps]

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The lab page (GET /lab) in a real browser: headless Chromium (Debian's package) under load.
+
+Starts `servelab serve` on models/tiny with --enable-lab-ui and an admin key, a 24-block pool,
+a 32-token step budget and steps slowed to ~15 ms (the step_delay fault), runs a load of
+concurrent completions, and while it runs has Chromium load /lab#key=KEY:
+- after 4 s of the page's life (Chromium driven over the DevTools protocol): its self-check
+  (#selfcheck, written by the page after each snapshot it draws from GET /lab/events) says it
+  updated several times with no error, drew one cell per KV block of the pool, filled the
+  running table while requests ran, and plotted the timeline;
+- a screenshot of the page under load, kept as build/lab-page.png (a CI artifact);
+- without the key the page reports the 401 (self-check errors > 0, no update).
+Skipped (exit 77) when no Chromium is installed. Prints one line per check and
+"N passed, N failed".
+"""
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import openai
+
+KEY = "page-key"
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    passed, failed = passed + bool(ok), failed + (not ok)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe:
+    NUL-terminated JSON on fds 3 and 4, no websocket library needed)."""
+
+    def __init__(self, binary):
+        self.profile = tempfile.TemporaryDirectory()
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        # posix_spawn's dup2 puts the pipes at 3 and 4 exactly (and clears close-on-exec there).
+        self.pid = os.posix_spawn(binary, [binary, "--headless", "--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage", "--remote-debugging-pipe",
+                                           f"--user-data-dir={self.profile.name}", "--window-size=1100,800",
+                                           "about:blank"], os.environ,
+                                  file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 3), (os.POSIX_SPAWN_DUP2, from_w, 4),
+                                                (os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+        os.close(devnull)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id, self.session = b"", 0, None
+        target = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
+
+    def call(self, method, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_r, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed the pipe")
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+    def open(self, url, seconds):
+        """Loads url, lets the page live `seconds` of real time."""
+        self.call("Page.navigate", url=url)
+        time.sleep(seconds)
+
+    def eval(self, expression):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def screenshot(self, path):
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self):
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self.to_w)
+        os.close(self.from_r)
+        self.profile.cleanup()
+
+
+def selfcheck(browser):
+    text = browser.eval("document.getElementById('selfcheck').textContent")
+    return json.loads(text) if text else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--screenshot", default="lab-page.png")
+    a = ap.parse_args()
+    browser = chromium()
+    if not browser:
+        print("no chromium: skipped")
+        sys.exit(77)
+    port = free_port()
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([a.servelab, "serve", a.model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+                             "--served-model-name", "tiny", "--max-model-len", "512", "--num-gpu-blocks-override", "24",
+                             "--max-num-seqs", "16", "--max-num-batched-tokens", "32", "--fault", "step_delay:ms=15",
+                             "--enable-lab-ui", "--admin-key", KEY], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    with urllib.request.urlopen(base + "/lab") as r:
+        page = r.read().decode()
+    check(r.headers.get("Content-Type", "").startswith("text/html") and "selfcheck" in page, "GET /lab serves the page")
+
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    stop = threading.Event()
+
+    def worker(i):
+        while not stop.is_set():
+            try:
+                client.completions.create(model="tiny", prompt="lab page " * (4 + i), max_tokens=60, temperature=0,
+                                          extra_body={"ignore_eos": True})
+            except Exception:  # noqa: BLE001 (the load only has to keep the engine busy)
+                time.sleep(0.1)
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+    for w in workers:
+        w.start()
+    time.sleep(1.0)
+    b = Chromium(browser)
+    try:
+        b.open(f"{base}/lab#key={KEY}", 4.0)
+        c = selfcheck(b) or {}
+        status = b.eval("document.getElementById('status').textContent")
+        check(bool(c), f"the page's self-check: {c}; status: {status}")
+        check(c.get("updates", 0) >= 5 and c.get("errors", 1) == 0, f"{c.get('updates')} updates in 4 s, no error")
+        check(c.get("num_blocks") == 23 and c.get("blocks_drawn") == 23, "one cell per KV block of the pool (23)")
+        check(c.get("max_running", 0) > 1, f"the running table filled under load (up to {c.get('max_running')})")
+        check(c.get("timeline_points", 0) >= 5, f"the timeline plotted {c.get('timeline_points')} snapshots")
+        shot = os.path.abspath(a.screenshot)
+        b.screenshot(shot)
+        check(os.path.getsize(shot) > 10000, f"screenshot {shot}")
+        b.open(f"{base}/lab", 1.5)
+        c = selfcheck(b) or {}
+        check(c.get("updates") == 0 and c.get("errors", 0) > 0, "without the key: no update, the 401 reported")
+    finally:
+        b.close()
+        stop.set()
+        for w in workers:
+            w.join()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
