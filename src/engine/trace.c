@@ -169,7 +169,8 @@ int trace_close(engine_trace_t *t, sl_err_t *err) {
     fprintf(t->f, "\n],\"otherData\":{\"generator\":\"servelab --trace\",\"events\":%lld,\"dropped_oldest\":%lld}}\n",
             (long long)t->n, (long long)t->n_dropped);
     int rc = 0;
-    if (fclose(t->f) != 0) rc = sl_fail(err, "--trace %s: writing the file failed: %s", t->path, strerror(errno));
+    bool bad = ferror(t->f) != 0; /* a failed fprintf (a full disk) shows here, not always at fclose */
+    if (fclose(t->f) != 0 || bad) rc = sl_fail(err, "--trace %s: writing the file failed: %s", t->path, strerror(errno));
     free(t->ring);
     free(t->path);
     free(t);
