@@ -427,12 +427,15 @@ static double r_runaway(rule_ctx_t *c) {
 
 /* CPU time per prompt token tripled, and TTFT grew or the engine gets a
  * third fewer prompt tokens: the API process, not the engine, is the bottleneck (seed 003's CPU layer; seed 002's "CPU
- * bottleneck: tokenization"). */
+ * bottleneck: tokenization"). The process must still be busy (at least half
+ * its baseline CPU a second): when the engine slows for another reason the
+ * process idles, and its fixed CPU spread over far fewer tokens would look
+ * like costlier tokens (unknown counts as busy). */
 static double r_tokenizer_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
     double cpu = vs_base(c, DM_cpu_ms_per_prompt_token), ttft = vs_base(c, DM_ttft_mean);
-    double fed = vs_base(c, DM_prompt_tokens_per_s);
-    return cpu >= 3 && (ttft >= 1.5 || fed <= 2.0 / 3) ? cpu / 3 : 0;
+    double fed = vs_base(c, DM_prompt_tokens_per_s), busy = vs_base(c, DM_cpu_seconds_per_s);
+    return cpu >= 3 && (ttft >= 1.5 || fed <= 2.0 / 3) && !(busy < 0.5) ? cpu / 3 : 0;
 }
 
 /* The first requests' TTFT (less queue time) is ten times the later ones'

@@ -256,6 +256,14 @@ static void test_rules_against_a_baseline(void) {
     m.v[DM_cpu_ms_per_prompt_token] = 1.4;
     top(&m, &b, "tokenizer_bound", &fired);
     CHECK(!fired);
+    /* The same per-token rise from an idle process (a slowed engine, fixed CPU over few tokens): no. */
+    b.v[DM_cpu_seconds_per_s] = 1.5;
+    m = b, m.v[DM_cpu_ms_per_prompt_token] = 1.5, m.v[DM_ttft_mean] = 0.08, m.v[DM_cpu_seconds_per_s] = 0.05;
+    top(&m, &b, "tokenizer_bound", &fired);
+    CHECK(!fired);
+    m.v[DM_cpu_seconds_per_s] = 0.8;
+    CHECK(!strcmp(top(&m, &b, "tokenizer_bound", &fired), "tokenizer_bound"));
+    b.v[DM_cpu_seconds_per_s] = NAN;
     /* The prefix cache stopped hitting and TTFT grew. */
     m = b, m.v[DM_prefix_hit_rate] = 0.2, m.v[DM_ttft_mean] = 0.07;
     CHECK(!strcmp(top(&m, &b, "low_prefix_reuse", &fired), "low_prefix_reuse"));
