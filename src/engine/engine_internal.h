@@ -63,6 +63,26 @@ typedef struct {
     int32_t n_leaked, cap_leaked;
 } engine_lab_t;
 
+/* A scheduled sequence decodes this step when it computes one token, the last
+ * one it knows (read before n_computed advances); anything else computes
+ * prompt tokens: a prefill chunk, or a recompute after a preemption. */
+static inline bool step_decodes(const request_t *r, int32_t n_new) {
+    return n_new == 1 && r->n_computed == r->n_tokens - 1;
+}
+
+/* The step's prompt and decode tokens, for the trace and the lab snapshot. */
+typedef struct {
+    int64_t prefill, decode;
+} step_mix_t;
+static inline step_mix_t step_mix(const sched_output_t *so) {
+    step_mix_t m = {0, 0};
+    for (int32_t i = 0; i < so->n; i++) {
+        if (step_decodes(so->reqs[i], so->n_new[i])) m.decode++;
+        else m.prefill += so->n_new[i];
+    }
+    return m;
+}
+
 typedef struct engine_trace engine_trace_t;
 
 struct engine {
@@ -106,7 +126,7 @@ struct engine {
         pthread_mutex_t mu;         /* guards text */
         char *text;
         double t0, t_last;
-        int64_t step_prefill, step_decode;
+        step_mix_t step;            /* the last step's work */
     } lab_snap;
     uint64_t n_sequences;           /* sequences submitted (guarded by mu) */
 };
@@ -115,14 +135,13 @@ struct engine {
  * writable (one line in err otherwise); trace_close writes the events and
  * frees the trace (a failed write: -1 with err). */
 engine_trace_t *trace_open(const char *path, size_t cap_bytes, sl_err_t *err);
-void trace_step(engine_trace_t *t, const sched_output_t *so, int32_t n_sampled, double t_start, double t_end,
-                double forward_s);
+void trace_step(engine_trace_t *t, const sched_output_t *so, step_mix_t mix, int32_t n_sampled, double t_start,
+                double t_end, double forward_s);
 void trace_request_done(engine_trace_t *t, const request_t *r);
 int trace_close(engine_trace_t *t, sl_err_t *err);
 
-/* lab_snapshot.c (header there): the step's work, then the snapshot at the
- * end of engine_publish_stats (rate-limited); freed with the engine. */
-void lab_snapshot_step(engine_t *e, const sched_output_t *so);
+/* lab_snapshot.c (header there): the snapshot at the end of
+ * engine_publish_stats (rate-limited); freed with the engine. */
 void lab_snapshot_publish(engine_t *e, double kv_usage, bool idle);
 void lab_snapshot_free(engine_t *e);
 

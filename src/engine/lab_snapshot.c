@@ -45,6 +45,7 @@ static void add_request(cJSON *list, const request_t *r, bool running) {
     char id[160];
     snprintf(id, sizeof id, "%s[%d]", r->request_id ? r->request_id : "?", r->index);
     cJSON_AddStringToObject(o, "id", id);
+    /* Running: prefilling while tokens it knows remain to compute beyond the last (step_decodes). */
     const char *state = running ? (r->n_computed < r->n_tokens - 1 ? "prefilling" : "decoding")
                                 : (r->n_preemptions > 0 ? "preempted" : "waiting");
     cJSON_AddStringToObject(o, "state", state);
@@ -75,8 +76,8 @@ static char *build(engine_t *e, double kv_usage, double now) {
     cJSON_AddNumberToObject(cfg, "max_num_seqs", s->cfg.max_num_seqs);
     cJSON_AddNumberToObject(cfg, "max_num_batched_tokens", s->cfg.max_num_batched_tokens);
     cJSON *step = cJSON_AddObjectToObject(doc, "step");
-    cJSON_AddNumberToObject(step, "prefill_tokens", e->lab_snap.step_prefill);
-    cJSON_AddNumberToObject(step, "decode_tokens", e->lab_snap.step_decode);
+    cJSON_AddNumberToObject(step, "prefill_tokens", (double)e->lab_snap.step.prefill);
+    cJSON_AddNumberToObject(step, "decode_tokens", (double)e->lab_snap.step.decode);
     cJSON *running = cJSON_AddArrayToObject(doc, "running"), *waiting = cJSON_AddArrayToObject(doc, "waiting");
     for (int32_t i = 0; i < s->n_running; i++) add_request(running, s->running[i], true);
     for (int32_t i = 0; i < s->n_waiting; i++) add_request(waiting, s->waiting[s->wait_head + i], false);
@@ -121,16 +122,6 @@ void engine_enable_lab_ui(engine_t *e) {
     e->lab_snap.t0 = sl_now_s();
     e->lab_snap.text = build(e, kv_pool_usage(&e->pool), e->lab_snap.t0); /* the idle engine, until a step */
     e->lab_snap.last_idle = true;
-}
-
-void lab_snapshot_step(engine_t *e, const sched_output_t *so) {
-    int64_t prefill = 0, decode = 0;
-    for (int32_t i = 0; i < so->n; i++) {
-        const request_t *r = so->reqs[i];
-        if (so->n_new[i] == 1 && r->n_computed == r->n_tokens - 1) decode++;
-        else prefill += so->n_new[i];
-    }
-    e->lab_snap.step_prefill = prefill, e->lab_snap.step_decode = decode;
 }
 
 void lab_snapshot_publish(engine_t *e, double kv_usage, bool idle) {

@@ -332,8 +332,11 @@ bool engine_step(engine_t *e) {
         fail_step(e, so, fail_msg, failed == 2, done);
         return true;
     }
-    if (e->trace) trace_step(e->trace, so, n_rows, now, done, e->step_forward_s);
-    if (e->lab_snap.on) lab_snapshot_step(e, so);
+    if (__builtin_expect(e->trace || e->lab_snap.on, 0)) { /* the lab's views, off by default */
+        step_mix_t mix = step_mix(so);
+        if (e->trace) trace_step(e->trace, so, mix, n_rows, now, done, e->step_forward_s);
+        e->lab_snap.step = mix;
+    }
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];
 
     int64_t n_gen = 0, n_prompt_done = 0;

@@ -98,17 +98,11 @@ static cJSON *span(engine_trace_t *t, const char *name, int pid, double tid, dou
     return ev;
 }
 
-void trace_step(engine_trace_t *t, const sched_output_t *so, int32_t n_sampled, double t_start, double t_end,
-                double forward_s) {
-    int64_t prefill = 0, decode = 0;
+void trace_step(engine_trace_t *t, const sched_output_t *so, step_mix_t mix, int32_t n_sampled, double t_start,
+                double t_end, double forward_s) {
     for (int32_t s = 0; s < so->n; s++) {
         const request_t *r = so->reqs[s];
-        /* One new token, the last one known: a decode; anything else computes prompt (or recomputes). */
-        if (so->n_new[s] == 1 && r->n_computed == r->n_tokens - 1) {
-            decode++;
-            continue;
-        }
-        prefill += so->n_new[s];
+        if (step_decodes(r, so->n_new[s])) continue;
         cJSON *ev = span(t, "prefill chunk", 2, (double)(r->seq_no + 1), t_start, t_end);
         cJSON *args = cJSON_AddObjectToObject(ev, "args");
         cJSON_AddNumberToObject(args, "tokens", so->n_new[s]);
@@ -118,8 +112,8 @@ void trace_step(engine_trace_t *t, const sched_output_t *so, int32_t n_sampled, 
     }
     cJSON *ev = span(t, "step", 1, 1, t_start, t_end);
     cJSON *args = cJSON_AddObjectToObject(ev, "args");
-    cJSON_AddNumberToObject(args, "prefill_tokens", (double)prefill);
-    cJSON_AddNumberToObject(args, "decode_tokens", (double)decode);
+    cJSON_AddNumberToObject(args, "prefill_tokens", (double)mix.prefill);
+    cJSON_AddNumberToObject(args, "decode_tokens", (double)mix.decode);
     cJSON_AddNumberToObject(args, "seqs", so->n);
     cJSON_AddNumberToObject(args, "sampled", n_sampled);
     cJSON_AddNumberToObject(args, "preempted", so->n_preempted);

@@ -10,40 +10,26 @@ concurrent completions, and while it runs has Chromium load /lab#key=KEY:
   running table while requests ran, and plotted the timeline;
 - a screenshot of the page under load, kept as build/lab-page.png (a CI artifact);
 - without the key the page reports the 401 (self-check errors > 0, no update).
-Skipped (exit 77) when no Chromium is installed. Prints one line per check and
-"N passed, N failed".
+Exits 77 when no Chromium is installed (ctest counts that a failure: scripts/install-deps.sh
+installs it). Stops at the first failed check (test_lab's check).
 """
 import argparse
 import base64
 import json
 import os
-import re
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import openai
 
-KEY = "page-key"
-passed = failed = 0
+from test_lab import check  # noqa: E402
+from test_server import KEY, NAME, Server, raw  # noqa: E402
 
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    passed, failed = passed + bool(ok), failed + (not ok)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ADMIN = "page-key"
 
 
 def chromium():
@@ -131,31 +117,20 @@ def main():
     if not browser:
         print("no chromium: skipped")
         sys.exit(77)
-    port = free_port()
-    log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([a.servelab, "serve", a.model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-                             "--served-model-name", "tiny", "--max-model-len", "512", "--num-gpu-blocks-override", "24",
-                             "--max-num-seqs", "16", "--max-num-batched-tokens", "32", "--fault", "step_delay:ms=15",
-                             "--enable-lab-ui", "--admin-key", KEY], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.1)
-    with urllib.request.urlopen(base + "/lab") as r:
-        page = r.read().decode()
-    check(r.headers.get("Content-Type", "").startswith("text/html") and "selfcheck" in page, "GET /lab serves the page")
+    srv = Server(a.servelab, a.model, "--num-gpu-blocks-override", "24", "--max-num-seqs", "16",
+                 "--max-num-batched-tokens", "32", "--fault", "step_delay:ms=15", "--enable-lab-ui", "--admin-key", ADMIN)
+    base = srv.base
+    status, headers, page = raw(base, "GET", "/lab")
+    check(status == 200 and headers.get("Content-Type", "").startswith("text/html") and b"selfcheck" in page,
+          "GET /lab serves the page")
 
-    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=base + "/v1", api_key=KEY)
     stop = threading.Event()
 
     def worker(i):
         while not stop.is_set():
             try:
-                client.completions.create(model="tiny", prompt="lab page " * (4 + i), max_tokens=60, temperature=0,
+                client.completions.create(model=NAME, prompt="lab page " * (4 + i), max_tokens=60, temperature=0,
                                           extra_body={"ignore_eos": True})
             except Exception:  # noqa: BLE001 (the load only has to keep the engine busy)
                 time.sleep(0.1)
@@ -166,7 +141,7 @@ def main():
     time.sleep(1.0)
     b = Chromium(browser)
     try:
-        b.open(f"{base}/lab#key={KEY}", 4.0)
+        b.open(f"{base}/lab#key={ADMIN}", 4.0)
         c = selfcheck(b) or {}
         status = b.eval("document.getElementById('status').textContent")
         check(bool(c), f"the page's self-check: {c}; status: {status}")
@@ -185,10 +160,8 @@ def main():
         stop.set()
         for w in workers:
             w.join()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+        srv.stop()
+    print("all lab page checks passed")
 
 
 if __name__ == "__main__":

@@ -16,70 +16,26 @@ second see the load unfold), the lab UI and an admin key, then:
 - the snapshots show the mechanisms: requests running, prefilling and decoding, and blocks
   shared by the requests on the common prefix;
 - once idle: no request, no block held, and /metrics agrees (usage 0, nothing running).
-Prints one line per check and "N passed, N failed".
+Stops at the first failed check (test_lab's check); prints "all lab snapshot checks passed".
 """
 import argparse
 import json
-import re
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 
 import openai
 
-KEY = "lab-key"
-passed = failed = 0
+from test_lab import check, vllm  # noqa: E402
+from test_server import KEY, NAME, Server, raw  # noqa: E402
+
+ADMIN = "lab-key"
+SETTINGS = ("--num-gpu-blocks-override", "24", "--max-num-seqs", "16")
 
 
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    passed, failed = passed + bool(ok), failed + (not ok)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(servelab, model, *extra):
-    port = free_port()
-    log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([servelab, "serve", model, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-                             "--served-model-name", "tiny", "--max-model-len", "512", "--num-gpu-blocks-override", "24",
-                             "--max-num-seqs", "16", *extra], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, base
-        except OSError:
-            time.sleep(0.1)
-    log.seek(0)
-    sys.exit("server did not become healthy:\n" + log.read())
-
-
-def get(base, path, key=None, method="GET"):
-    req = urllib.request.Request(base + path, method=method, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def metric(text, name):
-    m = re.search(r"^" + re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.M)
-    return float(m.group(1)) if m else None
+def get(srv, path, key=None, method="GET"):
+    status, _, body = raw(srv.base, method, path, headers={"Authorization": f"Bearer {key}"} if key else None)
+    return status, body.decode()
 
 
 def consistent(s):
@@ -123,30 +79,29 @@ def main():
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
 
-    proc, base = serve(a.servelab, a.model)
-    check(get(base, "/lab/snapshot")[0] == 404, "no --enable-lab-ui: 404")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+    srv = Server(a.servelab, a.model, *SETTINGS)
+    check(get(srv, "/lab/snapshot")[0] == 404, "no --enable-lab-ui: 404")
+    srv.stop()
 
     # A 32-token budget: prompts prefill in chunks over several steps, which the snapshots catch.
     # step_delay (a lab fault) stretches each step to ~15 ms, so the load lasts seconds and the
     # snapshots (a few a second) see it unfold.
-    proc, base = serve(a.servelab, a.model, "--enable-lab-ui", "--admin-key", KEY, "--max-num-batched-tokens", "32",
-                       "--fault", "step_delay:ms=15")
-    check(get(base, "/lab/snapshot")[0] == 401, "without the admin key: 401")
-    check(get(base, "/lab/snapshot", KEY, "POST")[0] == 405, "POST: 405")
-    status, body = get(base, "/lab/snapshot", KEY)
+    srv = Server(a.servelab, a.model, *SETTINGS, "--enable-lab-ui", "--admin-key", ADMIN,
+                 "--max-num-batched-tokens", "32", "--fault", "step_delay:ms=15")
+    check(get(srv, "/lab/snapshot")[0] == 401, "without the admin key: 401")
+    check(get(srv, "/lab/snapshot", ADMIN, "POST")[0] == 405, "POST: 405")
+    status, body = get(srv, "/lab/snapshot", ADMIN)
     first = json.loads(body)
     check(status == 200 and first["kv"]["free"] == first["config"]["num_blocks"] == 23,
           f"idle at start: {first['config']['num_blocks']} blocks, all free")
 
-    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY)
     prefix = "alpha beta gamma delta " * 5  # several full blocks
     errors, snaps = [], []
 
     def one(prompt, max_tokens):
         try:
-            client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0,
+            client.completions.create(model=NAME, prompt=prompt, max_tokens=max_tokens, temperature=0,
                                       extra_body={"ignore_eos": True})
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append(repr(e))
@@ -155,13 +110,13 @@ def main():
 
     def poll():
         while not done.is_set():
-            snaps.append(json.loads(get(base, "/lab/snapshot", KEY)[1]))
+            snaps.append(json.loads(get(srv, "/lab/snapshot", ADMIN)[1]))
             time.sleep(0.05)
 
     events = []
 
     def follow():  # GET /lab/events: the same snapshots as SSE, for 3 s of the load
-        req = urllib.request.Request(base + "/lab/events", headers={"Authorization": f"Bearer {KEY}"})
+        req = urllib.request.Request(srv.base + "/lab/events", headers={"Authorization": f"Bearer {ADMIN}"})
         with urllib.request.urlopen(req, timeout=30) as r:
             events.append(r.headers.get("Content-Type", ""))
             end = time.time() + 3.0
@@ -204,15 +159,12 @@ def main():
     check(shared > 0, f"blocks shared by requests on one prefix (up to {shared} at once)")
     check(max(len(s["running"]) for s in snaps) > 1, "several requests running at once")
 
-    last = json.loads(get(base, "/lab/snapshot", KEY)[1])
-    text = get(base, "/metrics")[1]
+    last = json.loads(get(srv, "/lab/snapshot", ADMIN)[1])
     idle = not last["running"] and not last["waiting"] and last["kv"]["used"] + last["kv"]["shared"] == 0
-    check(idle and metric(text, "vllm:kv_cache_usage_perc") == 0.0 and metric(text, "vllm:num_requests_running") == 0,
+    check(idle and vllm(srv, "vllm:kv_cache_usage_perc") == 0.0 and vllm(srv, "vllm:num_requests_running") == 0,
           f"idle: nothing running, no block held (cached {last['kv']['cached']}), /metrics agrees")
-    proc.send_signal(signal.SIGTERM)
-    check(proc.wait(timeout=30) == 0, "the server stopped on SIGTERM")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check(srv.stop() == 0, "the server stopped on SIGTERM")
+    print("all lab snapshot checks passed")
 
 
 if __name__ == "__main__":

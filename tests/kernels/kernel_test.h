@@ -75,6 +75,55 @@ static inline double kt_ulp_at(double x, sl_dtype_t dt) {
     return ldexp(1.0, e - mant);
 }
 
+/* A linear's output (T, N) as got (n = T * N elements, then `guard` that
+ * must stay poisoned) against want, the CPU's fp32 sums of the same products:
+ * every element written, none past the end; then test_kernels_gemv.c's
+ * tolerances (its header derives them): an fp32 output within 1e-5 of
+ * ||scale||, scale_i = max(|want_i|, termnorm_i); a 16-bit one, per element,
+ * within one ulp of dt plus 1e-5 sqrt(K) maxterm_i of want rounded to dt.
+ * Reports under ctx and marks the test failed. */
+static inline void kt_check_linear(const char *ctx, const float *got, const float *want, int64_t n, int64_t guard,
+                                   const float *termnorm, const float *maxterm, int64_t K, sl_dtype_t dt) {
+    int64_t unwritten = 0, clobbered = 0;
+    for (int64_t i = 0; i < n; i++) unwritten += isnan(got[i]);
+    for (int64_t i = n; i < n + guard; i++) clobbered += !isnan(got[i]);
+    if (unwritten || clobbered) {
+        fprintf(stderr, "  %s: %lld outputs not written, %lld guard elements after the output overwritten\n", ctx,
+                (long long)unwritten, (long long)clobbered);
+        test_cur_failed = 1;
+        return;
+    }
+    if (dt == DTYPE_F32) {
+        double d2 = 0, s2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)got[i] - want[i], sc = fmax(fabs((double)want[i]), termnorm[i]);
+            d2 += d * d, s2 += sc * sc;
+        }
+        double rel = s2 > 0 ? sqrt(d2 / s2) : sqrt(d2);
+        if (!(rel < 1e-5)) {
+            fprintf(stderr, "  %s: relative error %.3g (limit 1e-5)\n", ctx, rel);
+            test_cur_failed = 1;
+        }
+        return;
+    }
+    int64_t worst = -1;
+    double worst_r = 0;
+    float worst_want = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float w;
+        uint16_t b;
+        dtype_from_f32(&b, &want[i], dt, 1), dtype_to_f32(&w, &b, dt, 1);
+        double d = fabs((double)got[i] - w);
+        double lim = kt_ulp_at(fmax(fabs((double)got[i]), fabs((double)w)), dt) + 1e-5 * sqrt((double)K) * maxterm[i];
+        if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim, worst_want = w;
+    }
+    if (worst >= 0) {
+        fprintf(stderr, "  %s: element %lld got %.8g want %.8g (%.2fx the tolerance)\n", ctx, (long long)worst,
+                got[worst], worst_want, worst_r);
+        test_cur_failed = 1;
+    }
+}
+
 /* n uniform values in [lo, hi) from test_rng(), rounded to dt in place (so host and device agree). */
 static inline void kt_fill(float *x, int64_t n, float lo, float hi, sl_dtype_t dt) {
     kt_fill_with(test_rng, x, n, lo, hi, dt);

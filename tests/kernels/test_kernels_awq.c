@@ -88,41 +88,7 @@ static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
     }
     float *got = kt_fvec(n_out + GUARD);
     kt_download(got, d_out, n_out + GUARD, dt);
-    int64_t unwritten = 0, clobbered = 0;
-    for (int64_t i = 0; i < n_out; i++) unwritten += isnan(got[i]);
-    for (int64_t i = n_out; i < n_out + GUARD; i++) clobbered += !isnan(got[i]);
-    if (unwritten || clobbered) {
-        fprintf(stderr, "  %s: %lld outputs not written, %lld guard elements overwritten\n", ctx,
-                (long long)unwritten, (long long)clobbered);
-        test_cur_failed = 1;
-    } else if (dt == DTYPE_F32) {
-        double d2 = 0, s2 = 0;
-        for (int64_t i = 0; i < n_out; i++) {
-            double d = (double)got[i] - want[i], sc = fmax(fabs((double)want[i]), termnorm[i]);
-            d2 += d * d, s2 += sc * sc;
-        }
-        double rel = s2 > 0 ? sqrt(d2 / s2) : sqrt(d2);
-        if (!(rel < 1e-5)) {
-            fprintf(stderr, "  %s: relative error %.3g (limit 1e-5)\n", ctx, rel);
-            test_cur_failed = 1;
-        }
-    } else {
-        int64_t worst = -1;
-        double worst_r = 0;
-        for (int64_t i = 0; i < n_out; i++) {
-            float wr;
-            uint16_t b;
-            dtype_from_f32(&b, &want[i], dt, 1), dtype_to_f32(&wr, &b, dt, 1);
-            double d = fabs((double)got[i] - wr);
-            double lim = kt_ulp_at(fmax(fabs((double)got[i]), fabs((double)wr)), dt) + 1e-5 * sqrt((double)K) * maxterm[i];
-            if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim;
-        }
-        if (worst >= 0) {
-            fprintf(stderr, "  %s: element %lld got %.8g want %.8g (%.2fx the tolerance)\n", ctx, (long long)worst,
-                    got[worst], want[worst], worst_r);
-            test_cur_failed = 1;
-        }
-    }
+    kt_check_linear(ctx, got, want, n_out, GUARD, termnorm, maxterm, K, dt);
     free(x), free(want), free(maxterm), free(termnorm), free(got);
     cudaFree(d_x), cudaFree(d_out), cudaFree(ws);
 }

@@ -43,14 +43,6 @@ static const int64_t KS[] = {1, 8, 64, 4096, 4099, 14336};
 
 static cudaStream_t stream;
 
-static void round_to_dt(float *x, int64_t n, sl_dtype_t dt) {
-    if (dt == DTYPE_F32) return;
-    void *tmp = malloc((size_t)(n > 0 ? n : 1) * 2);
-    dtype_from_f32(tmp, x, dt, n);
-    dtype_to_f32(x, tmp, dt, n);
-    free(tmp);
-}
-
 /* A case's inputs: w (N, K) and in (SLK_GEMV_MAX_T, K) on host and device,
  * the device copies `off` elements past a 256-byte aligned allocation. */
 typedef struct {
@@ -115,46 +107,7 @@ static float *run_case(const gemv_inputs_t *c, int64_t T, sl_dtype_t out_dt) {
     kt_download(got, d_out, n_out + GUARD, out_dt);
     cudaFree(d_out);
 
-    int64_t unwritten = 0, clobbered = 0;
-    for (int64_t i = 0; i < n_out; i++) unwritten += isnan(got[i]);
-    for (int64_t i = n_out; i < n_out + GUARD; i++) clobbered += !isnan(got[i]);
-    if (unwritten || clobbered) {
-        fprintf(stderr, "  %s: %lld outputs not written, %lld guard elements after the output overwritten\n", ctx,
-                (long long)unwritten, (long long)clobbered);
-        test_cur_failed = 1;
-        return got;
-    }
-    if (out_dt == DTYPE_F32) {
-        double d2 = 0, s2 = 0;
-        for (int64_t i = 0; i < n_out; i++) {
-            double d = (double)got[i] - c->want[i], sc = fmax(fabs((double)c->want[i]), c->termnorm[i]);
-            d2 += d * d, s2 += sc * sc;
-        }
-        double rel = s2 > 0 ? sqrt(d2 / s2) : sqrt(d2);
-        if (!(rel < 1e-5)) {
-            fprintf(stderr, "  %s: relative error %.3g (limit 1e-5)\n", ctx, rel);
-            test_cur_failed = 1;
-        }
-    } else {
-        float *want = kt_fvec(n_out);
-        memcpy(want, c->want, (size_t)n_out * sizeof(float));
-        round_to_dt(want, n_out, out_dt);
-        int64_t worst = -1;
-        double worst_r = 0;
-        for (int64_t i = 0; i < n_out; i++) {
-            double d = fabs((double)got[i] - want[i]);
-            double lim = kt_ulp_at(fmax(fabs((double)got[i]), fabs((double)want[i])), out_dt) +
-                         1e-5 * sqrt((double)K) * c->maxterm[i];
-            if (!(d <= lim) && (worst < 0 || d / lim > worst_r)) worst = i, worst_r = d / lim;
-        }
-        if (worst >= 0) {
-            fprintf(stderr, "  %s: element %lld (t %lld, n %lld) got %.8g want %.8g (%.2fx the tolerance)\n", ctx,
-                    (long long)worst, (long long)(worst / N), (long long)(worst % N), got[worst], want[worst],
-                    worst_r);
-            test_cur_failed = 1;
-        }
-        free(want);
-    }
+    kt_check_linear(ctx, got, c->want, n_out, GUARD, c->termnorm, c->maxterm, K, out_dt);
     return got;
 }
 
