@@ -18,9 +18,24 @@
  * - a block is 8 warps over 32 consecutive int32 columns of qweight (256
  *   outputs): lane l owns column j = 32 * blockIdx.x + l, so a warp reads
  *   128 contiguous bytes of a qweight row per access; warp w takes rows
- *   k0 + w, k0 + w + 8, ... of the block's K chunk. A thread reloads its
- *   column's 8 scales (one 16-byte load) and zeros (4 bytes) when its row
- *   enters a new group: once per G / 8 rows.
+ *   k0 + w, k0 + w + 8, ... of the block's K chunk, U at a time: the U loads
+ *   (and their inputs) are issued before any is used, so each thread keeps U
+ *   x 4 bytes in flight (one 4-byte load at a time left the first H100 run at
+ *   17.5% of the copy bandwidth). A thread reloads its column's 8 scales and
+ *   zeros when its row enters a new group: once per G / 8 rows.
+ * - no int-to-float conversion (a quarter-rate instruction): nibble i, masked
+ *   in place ((q >> 16 for i >= 4) & 0xF << 4m, m = i % 4) and OR-ed into
+ *   the bits of 2^23, is the float 2^23 + 16^m q exactly; one add of
+ *   -(2^23 + 16^m z) leaves 16^m (q - z), exact. Then
+ *   - T <= 2 (group sums): x . 16^m (q - z) is summed over the thread's rows
+ *     of the group, and multiplied by s / 16^m once per group: per weight a
+ *     LOP3, an add and T FMAs, which keeps batch-1 decode under the card's
+ *     instruction rate at full bandwidth;
+ *   - T >= 4 (weights): each weight 16^m (q - z) * (s / 16^m) = (q - z) * s,
+ *     exact (at most 15 significant bits): the CPU twin's weight bit for bit,
+ *     used by all T tokens (fewer accumulators than group sums at large T).
+ *   The GEMV so differs from cpu_linear on the twin's weights only in the
+ *   order (T >= 4) or grouping (T <= 2) of its fp32 sums.
  * - the input element x(t, k) is the same for the whole warp (a broadcast
  *   through L1); each weight serves all T tokens, so qweight is read once.
  * - the 8 warps' sums meet in shared memory and are added in warp order;
@@ -28,8 +43,6 @@
  *   AWQ_MIN_WARPS warps), each block writes fp32 partials to the workspace
  *   and a second kernel adds them in split order: deterministic, run to run.
  * Graph-capture safe: no allocation, no sync; the grid from host sizes.
- * This file has been checked on the CUDA emulator (tests/cuda-emu), not yet
- * on a GPU.
  */
 #include "common.cuh"
 #include "kernels.h"
@@ -41,7 +54,8 @@ constexpr int WARPS = SLK_AWQ_THREADS / 32;
 /* Nibble i of an int32 holds column awq_col(i) of its 8: [0, 2, 4, 6, 1, 3, 5, 7][i]. */
 __device__ __forceinline__ constexpr int awq_col(int i) { return (i & 3) * 2 + (i >> 2); }
 
-/* The 8 (scale, zero * scale) pairs of column j's group g, by nibble. */
+/* The 8 (scale, zero * scale) pairs of column j's group g, by nibble: the
+ * dequantize kernel's form. */
 __device__ __forceinline__ void load_group(float (&s)[8], float (&zs)[8], const int32_t *qzeros,
                                            const __half *scales, int64_t g, int64_t j, int64_t N8) {
     const uint32_t z = (uint32_t)__ldg(qzeros + g * N8 + j);
@@ -53,41 +67,105 @@ __device__ __forceinline__ void load_group(float (&s)[8], float (&zs)[8], const 
     }
 }
 
+/* 2^23 as float bits: OR-ing an integer below 2^23 into the mantissa gives 2^23 + it, exactly. */
+constexpr uint32_t MAGIC = 0x4B000000u;
+
+/* Nibble i of q as the float 2^23 + 16^(i % 4) q_i, without a conversion: bits 4i..4i+3 masked in
+ * place (from q >> 16 for i >= 4, so the nibble stays below bit 23). */
+__device__ __forceinline__ float nibble_magic(uint32_t lo, uint32_t hi, int i) {
+    const uint32_t src = i < 4 ? lo : hi;
+    return __uint_as_float((src & (0xFu << (4 * (i & 3)))) | MAGIC);
+}
+
+/* Column j's group g for the GEMV, by nibble: sc = s / 16^(i % 4) (exact: a
+ * power of two) and bias = -(2^23 + 16^(i % 4) z), so that
+ * (nibble_magic + bias) * sc = (q - z) * s. */
+__device__ __forceinline__ void load_group_magic(float (&sc)[8], float (&bias)[8], const int32_t *qzeros,
+                                                 const __half *scales, int64_t g, int64_t j, int64_t N8) {
+    const uint32_t z = (uint32_t)__ldg(qzeros + g * N8 + j);
+    const __half *sp = scales + g * N8 * 8 + j * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int m = i & 3;
+        sc[i] = __half2float(sp[awq_col(i)]) * (1.0f / (float)(1u << (4 * m)));
+        bias[i] = -__uint_as_float((((z >> (4 * i)) & 15u) << (4 * m)) | MAGIC);
+    }
+}
+
 template <typename T, typename O, int NT>
 __global__ void __launch_bounds__(SLK_AWQ_THREADS)
     awq_gemv_kernel(O *__restrict__ out, float *__restrict__ ws, const T *__restrict__ in,
                     const int32_t *__restrict__ qweight, const int32_t *__restrict__ qzeros,
                     const __half *__restrict__ scales, int T_, int64_t N, int64_t K, int64_t G, int64_t chunk) {
+    constexpr bool GROUP_SUMS = NT <= 2;
+    constexpr int U = NT <= 2 ? 8 : 4; /* rows in flight per thread */
+    constexpr int GS = GROUP_SUMS ? NT : 1;
     __shared__ float red[WARPS][32 * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t N8 = N / 8, j = (int64_t)blockIdx.x * 32 + lane;
     const int64_t k0 = (int64_t)blockIdx.y * chunk, k1 = k0 + chunk < K ? k0 + chunk : K;
     const bool live = j < N8;
 
-    float acc[NT][8];
+    float acc[NT][8], gacc[GS][8];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int i = 0; i < 8; i++) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) acc[t][i] = 0.0f;
+        for (int t = 0; t < NT; t++) acc[t][i] = 0.0f;
+#pragma unroll
+        for (int t = 0; t < GS; t++) gacc[t][i] = 0.0f;
+    }
 
     if (live) {
-        float s[8], zs[8];
-        int64_t cur = -1;
-        for (int64_t k = k0 + warp; k < k1; k += WARPS) {
-            const int64_t g = k / G;
-            if (g != cur) load_group(s, zs, qzeros, scales, g, j, N8), cur = g;
-            const uint32_t q = (uint32_t)__ldg(qweight + k * N8 + j);
-            float w[8];
+        float sc[8], bias[8];
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = fmaf((float)((q >> (4 * i)) & 15u), s[i], -zs[i]);
+        for (int i = 0; i < 8; i++) sc[i] = bias[i] = 0.0f; /* the first flush adds 0 * 0 */
+        int64_t gnext = INT64_MIN; /* the first row that needs a reload */
+        for (int64_t kb = k0 + warp; kb < k1; kb += (int64_t)WARPS * U) {
+            uint32_t q[U];
+            float x[U][NT];
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < T_) {
-                    const float x = slk::to_f32(__ldg(in + (int64_t)t * K + k));
+            for (int u = 0; u < U; u++) {
+                const int64_t k = kb + (int64_t)u * WARPS;
+                q[u] = k < k1 ? (uint32_t)__ldg(qweight + k * N8 + j) : 0u;
 #pragma unroll
-                    for (int i = 0; i < 8; i++) acc[t][i] = fmaf(x, w[i], acc[t][i]);
+                for (int t = 0; t < NT; t++)
+                    x[u][t] = k < k1 && t < T_ ? slk::to_f32(__ldg(in + (int64_t)t * K + k)) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t k = kb + (int64_t)u * WARPS;
+                if (k >= k1) break;
+                if (k >= gnext) {
+                    if constexpr (GROUP_SUMS) {
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
+#pragma unroll
+                            for (int i = 0; i < 8; i++) acc[t][i] = fmaf(gacc[t][i], sc[i], acc[t][i]), gacc[t][i] = 0.0f;
+                    }
+                    const int64_t g = k / G;
+                    load_group_magic(sc, bias, qzeros, scales, g, j, N8);
+                    gnext = (g + 1) * G;
+                }
+                const uint32_t hi = q[u] >> 16;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const float d = nibble_magic(q[u], hi, i) + bias[i]; /* 16^m (q - z), exact */
+                    if constexpr (GROUP_SUMS) {
+#pragma unroll
+                        for (int t = 0; t < NT; t++) gacc[t][i] = fmaf(x[u][t], d, gacc[t][i]);
+                    } else {
+                        const float w = d * sc[i]; /* (q - z) * s, exact */
+#pragma unroll
+                        for (int t = 0; t < NT; t++) acc[t][i] = fmaf(x[u][t], w, acc[t][i]);
+                    }
                 }
             }
+        }
+        if constexpr (GROUP_SUMS) {
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[t][i] = fmaf(gacc[t][i], sc[i], acc[t][i]);
         }
     }
 

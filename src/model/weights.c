@@ -229,13 +229,71 @@ static int load(loader_t *L, const char *name, int64_t rows, int64_t cols, float
     return 0;
 }
 
+/* Dummy AWQ tensors (--load-format dummy) of a Linear whose dequantized
+ * weights should have standard deviation `std`: every nibble of qweight
+ * uniform in 0..15, zeros in 6..9 (AutoAWQ's asymmetric zeros sit near 8 for
+ * weights centred on 0), and scales uniform in [0.5, 1.5] x std / 4.6 (the
+ * standard deviation of q - z is about 4.6). A pure function of (seed,
+ * tensor index, element index), as fill_dummy. */
+typedef struct {
+    uint8_t *dst;
+    sl_dtype_t dt; /* I32: qweight, or qzeros when `zeros`; F16: scales */
+    bool zeros;
+    int64_t n;
+    uint64_t base;
+    float scale;
+} awq_dummy_t;
+
+static void fill_awq_dummy_chunks(void *arg, int64_t begin, int64_t end, int worker) {
+    (void)worker;
+    const awq_dummy_t *f = arg;
+    for (int64_t chunk = begin; chunk < end; chunk++) {
+        int64_t c = chunk * DUMMY_CHUNK, m = f->n - c < DUMMY_CHUNK ? f->n - c : DUMMY_CHUNK;
+        for (int64_t i = c; i < c + m; i++) {
+            uint64_t r = splitmix64(f->base + (uint64_t)i);
+            if (f->dt == DTYPE_F16) {
+                float v = f->scale * (0.5f + (float)((double)(r >> 11) * 0x1.0p-53));
+                dtype_from_f32(f->dst + (size_t)i * 2, &v, DTYPE_F16, 1);
+            } else {
+                uint32_t q = (uint32_t)r;
+                if (f->zeros) q = (q & 0x33333333u) + 0x66666666u; /* each nibble 6 + (0..3) */
+                memcpy(f->dst + (size_t)i * 4, &q, 4);
+            }
+        }
+    }
+}
+
+static void *awq_dummy(loader_t *L, const char *name, const int64_t shape[2], sl_dtype_t dt, float std) {
+    awq_dummy_t f = {.dt = dt, .zeros = strstr(name, ".qzeros") != NULL, .n = shape[0] * shape[1],
+                     .base = splitmix64(L->opts->seed ^ splitmix64((uint64_t)L->dummy_index++)),
+                     .scale = std / 4.6f};
+    f.dst = sl_malloc((size_t)f.n * dtype_size(dt) + 1);
+    parallel_for((f.n + DUMMY_CHUNK - 1) / DUMMY_CHUNK, 0, fill_awq_dummy_chunks, &f);
+    return f.dst;
+}
+
 /* An AWQ tensor of `shape`, checked whole (shape and dtype), and the block
  * `part` of its own (rows, cols) grid that this rank holds (NULL: all): in
  * place when that is whole rows and the backend reads host memory (the
  * checkpoint's bytes are what the kernels' packed copy is made from), else
- * copied, to the backend. NULL with err. */
+ * copied, to the backend. With --load-format dummy, made by awq_dummy for a
+ * Linear of weight standard deviation `dummy_std`. NULL with err. */
 static const void *load_awq_part(loader_t *L, const char *name, const int64_t shape[2], sl_dtype_t want,
-                                 const part_t *part, sl_err_t *err) {
+                                 const part_t *part, float dummy_std, sl_err_t *err) {
+    part_t whole = {0, shape[0], 0, shape[1]};
+    if (!part) part = &whole;
+    size_t es = dtype_size(want), n_bytes = (size_t)(part->nr * part->nc) * es;
+    L->w->n_bytes += n_bytes;
+    progress_step(&L->progress, 1);
+    if (L->opts->load_format == LOAD_FORMAT_DUMMY) {
+        void *dummy = awq_dummy(L, name, shape, want, dummy_std), *host = dummy;
+        if (part->nr != shape[0] || part->nc != shape[1]) {
+            host = sl_malloc(n_bytes ? n_bytes : 1);
+            copy_part(host, want, dummy, want, shape[1], part);
+            free(dummy);
+        }
+        return to_backend(L, host, n_bytes, err);
+    }
     const st_tensor_t *t = st_expect(&L->w->archive, name, 2, shape, err);
     if (!t) return NULL;
     if (t->dtype != want) {
@@ -243,12 +301,7 @@ static const void *load_awq_part(loader_t *L, const char *name, const int64_t sh
                 L->w->archive.file_names[t->file_index], name, dtype_name(t->dtype), dtype_name(want));
         return NULL;
     }
-    part_t whole = {0, shape[0], 0, shape[1]};
-    if (!part) part = &whole;
-    size_t es = dtype_size(want), n_bytes = (size_t)(part->nr * part->nc) * es;
     L->n_used++;
-    L->w->n_bytes += n_bytes;
-    progress_step(&L->progress, 1);
     const uint8_t *rows = (const uint8_t *)t->data + (size_t)(part->r0 * shape[1]) * es;
     if (L->ops->host_memory && part->nc == shape[1] && (uintptr_t)t->data % es == 0) return rows;
     void *host = sl_malloc(n_bytes ? n_bytes : 1);
@@ -261,8 +314,8 @@ static const void *load_awq_part(loader_t *L, const char *name, const int64_t sh
  * (vLLM's AWQLinearMethod), in its checkpoint layout. A rank's block must
  * keep whole int32s of 8 output columns and whole groups of inputs, or it is
  * refused as vLLM refuses it. */
-static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols, const part_t *part,
-                    sl_weight_t *out, sl_err_t *err) {
+static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols, float dummy_std,
+                    const part_t *part, sl_weight_t *out, sl_err_t *err) {
     const char *file = L->w->archive.n_files ? L->w->archive.file_names[0] : L->model_dir;
     int64_t G = L->cfg->quant.group_size == -1 ? cols : L->cfg->quant.group_size;
     if (rows % 8)
@@ -287,11 +340,11 @@ static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols,
     part_t spart = {p->c0 / G, p->nc / G, p->r0, p->nr};
     *out = (sl_weight_t){.dtype = DTYPE_I32, .rows = p->nr, .cols = p->nc, .awq_group = G};
     snprintf(name, sizeof name, "%s.qweight", prefix);
-    if (!(out->data = load_awq_part(L, name, qshape, DTYPE_I32, &qpart, err))) return -1;
+    if (!(out->data = load_awq_part(L, name, qshape, DTYPE_I32, &qpart, dummy_std, err))) return -1;
     snprintf(name, sizeof name, "%s.qzeros", prefix);
-    if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, &zpart, err))) return -1;
+    if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, &zpart, dummy_std, err))) return -1;
     snprintf(name, sizeof name, "%s.scales", prefix);
-    if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, &spart, err))) return -1;
+    if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, &spart, dummy_std, err))) return -1;
     return 0;
 }
 
@@ -386,9 +439,6 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
         if (!ops->packed_bytes && !ops->awq_weights)
             return sl_fail(err, "%s: an AWQ checkpoint: the %s backend has no W4A16 kernels yet. Hint: run with "
                            "--device cpu", model_dir, ops->name);
-        if (opts->load_format == LOAD_FORMAT_DUMMY)
-            return sl_fail(err, "%s: --load-format dummy makes unquantized weights; this config is AWQ "
-                           "(quantization_config)", model_dir);
         L.progress.total += 2 * 7 * cfg->n_layers; /* qweight, qzeros, scales for each linear */
     }
     if (opts->load_format != LOAD_FORMAT_DUMMY && st_open_dir(model_dir, &w->archive, err) != 0)
@@ -426,7 +476,7 @@ int weights_load(const char *model_dir, const model_config_t *cfg, const tp_shar
             char module[256];
             snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
             bool awq = specs[j].rows && strstr(name, "proj.weight") && config_linear_quantized(cfg, module);
-            if (awq ? load_awq(&L, module, specs[j].rows, specs[j].cols, specs[j].part, specs[j].dst, err)
+            if (awq ? load_awq(&L, module, specs[j].rows, specs[j].cols, specs[j].std, specs[j].part, specs[j].dst, err)
                     : load(&L, name, specs[j].rows, specs[j].cols, specs[j].std, specs[j].off, specs[j].part,
                            specs[j].dst, err))
                 goto fail;

@@ -12,14 +12,18 @@ GEMM format, servelab loads and runs it on its W4A16 CPU kernels.
 - `--quantization awq` is accepted on it and refused on an unquantized checkpoint with vLLM's
   line; the startup log names the quantization;
 - split over 2 and 4 tensor-parallel ranks (group size 8), it gives -tp 1's greedy tokens in
-  float32; a split that would cut a group is refused with vLLM's line.
+  float32; a split that would cut a group is refused with vLLM's line;
+- `--load-format dummy` on an AWQ config alone makes random 4-bit weights (the shapes for speed runs),
+  the same for -tp 1 and -tp 2.
 Needs numpy (and spm_train, as make_model.py does). Prints one line per check and
 "N passed, N failed".
 """
 import argparse
 import json
+import math
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -202,6 +206,20 @@ def main():
         same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(one, many))
         check(f"g8 -tp {tp}: -tp 1's greedy tokens for {same} of {len(lines)} prompts",
               res.returncode == 0 and len(one) == len(lines) and same == len(lines), res.stderr[-500:])
+    # --load-format dummy on an AWQ config (no weights file): random 4-bit tensors, a pure function of
+    # the seed, made whole and cut per rank, so -tp 2 gives -tp 1's tokens; finite log-probabilities.
+    shapes = awq8 + "-config-only"
+    os.makedirs(shapes)
+    for name in os.listdir(awq8):
+        if not name.endswith(".safetensors"):
+            shutil.copy(os.path.join(awq8, name), shapes)
+    _, one = generate(args.servelab, shapes, lines, "--dtype", "float32", "--load-format", "dummy")
+    res, two = generate(args.servelab, shapes, lines, "--dtype", "float32", "--load-format", "dummy", "-tp", "2")
+    same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(one, two))
+    finite = all(math.isfinite(lp) and lp <= 0 for o in one for lp in o["logprobs"])
+    check(f"--load-format dummy on an AWQ config: -tp 2 gives -tp 1's greedy tokens for {same} of {len(lines)} "
+          f"prompts, log-probabilities finite", res.returncode == 0 and len(one) == len(lines) and
+          same == len(lines) and finite, res.stderr[-500:])
     res, _ = generate(args.servelab, os.path.join(tmp, "tiny-awq-g32"), [{"prompt": "hi", "max_tokens": 2}], "-tp", "4")
     check("g32 -tp 4 (88 inputs of down_proj per rank) exits 1 with vLLM's line",
           res.returncode == 1 and "The input size is not aligned with the quantized weight shape" in res.stderr,

@@ -152,10 +152,14 @@ static void test_awq_workspace_never_exceeds_its_bound(void) {
     CHECK(worst > max / 2); /* the bound is near what some shape needs */
 }
 
-/* N, K, G; the emulator (SERVELAB_TEST_MAX_WORK) keeps the small ones. */
+/* N, K, G; the emulator (SERVELAB_TEST_MAX_WORK) keeps the small ones. Groups
+ * that are not a multiple of the 8 warps' row stride (12, 20, 4: a warp's
+ * group changes between the rows it has in flight), K not a multiple of 8, and
+ * groups cut by the K split (960 = 15 chunks of 64 over groups of 96). */
 static const int64_t SHAPES[][3] = {
     {8, 32, 32},      {56, 128, 32},     {256, 128, 128},  {256, 512, 512},  {264, 4096, 128}, {520, 1024, 32},
-    {4096, 4096, 128}, {4104, 1024, 32}, {1024, 14336, 128}, {8, 4096, -1},
+    {4096, 4096, 128}, {4104, 1024, 32}, {1024, 14336, 128}, {8, 4096, -1},   {16, 96, 12},     {24, 100, 20},
+    {16, 64, 4},       {8, 960, 96},
 };
 
 static void test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape(void) {
