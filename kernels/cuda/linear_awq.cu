@@ -20,9 +20,13 @@
  *   128 contiguous bytes of a qweight row per access; warp w takes rows
  *   k0 + w, k0 + w + 8, ... of the block's K chunk, U at a time: the U loads
  *   (and their inputs) are issued before any is used, so each thread keeps U
- *   x 4 bytes in flight (one 4-byte load at a time left the first H100 run at
- *   17.5% of the copy bandwidth). A thread reloads its column's 8 scales and
- *   zeros when its row enters a new group: once per G / 8 rows.
+ *   x 4 bytes in flight (U = 8 at T <= 2, 4 at T = 4, 1 at T = 8, where
+ *   registers bound it). A thread reloads its column's 8 scales and zeros
+ *   when its row enters a new group: once per G / 8 rows.
+ *   On the H100 (docs/gpu-results.md) this is still latency-bound: about a
+ *   fifth of the copy bandwidth at T = 1 on Llama-3-8B shapes, 1.2x the bf16
+ *   GEMV's time; each thread waits a full memory latency per batch and per
+ *   group reload.
  * - no int-to-float conversion (a quarter-rate instruction): nibble i, masked
  *   in place ((q >> 16 for i >= 4) & 0xF << 4m, m = i % 4) and OR-ed into
  *   the bits of 2^23, is the float 2^23 + 16^m q exactly; one add of
@@ -98,7 +102,10 @@ __global__ void __launch_bounds__(SLK_AWQ_THREADS)
                     const int32_t *__restrict__ qweight, const int32_t *__restrict__ qzeros,
                     const __half *__restrict__ scales, int T_, int64_t N, int64_t K, int64_t G, int64_t chunk) {
     constexpr bool GROUP_SUMS = NT <= 2;
-    constexpr int U = NT <= 2 ? 8 : 4; /* rows in flight per thread */
+    /* Rows in flight per thread. At T = 8 the accumulators alone take 64
+     * registers: U = 4 (and its 32 preloaded inputs) took 147, one block per
+     * SM, and ran at half the speed of U = 1 on the H100. */
+    constexpr int U = NT <= 2 ? 8 : NT == 4 ? 4 : 1;
     constexpr int GS = GROUP_SUMS ? NT : 1;
     __shared__ float red[WARPS][32 * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
