@@ -187,6 +187,25 @@ void engine_get_stats(engine_t *e, engine_stats_t *out);
 void engine_enable_lab_ui(engine_t *e);
 char *engine_lab_snapshot(engine_t *e);
 
+/* The trace (src/engine/trace.c documents it), from any thread. Besides
+ * --trace FILE: engine_trace_start records one in memory (-1 with err while
+ * one records), engine_trace_stop ends it and returns the Chrome/Perfetto
+ * JSON (malloc'd, *len bytes; NULL with err when none records in memory).
+ * engine_trace_http adds an HTTP request the server answered, while one
+ * records (times are sl_now_s(); t_first_byte 0: no response began). */
+int engine_trace_start(engine_t *e, sl_err_t *err);
+char *engine_trace_stop(engine_t *e, size_t *len, sl_err_t *err);
+typedef struct {
+    const char *method, *url;
+    const char *request_id;         /* the X-Request-Id header, or NULL */
+    const char *engine_request_id;  /* the engine's id of its work (names its request tracks), or NULL */
+    unsigned status;
+    double t_start, t_first_byte, t_end;
+    int64_t request_bytes, response_bytes;
+    bool client_gone;
+} engine_trace_http_t;
+void engine_trace_http(engine_t *e, const engine_trace_http_t *h);
+
 /* Registers vLLM's V1 engine metrics (vllm:*, labels model_name and engine="0")
  * in `reg` and records them from now on: gauges and counters once per step,
  * latencies from each request's timestamps (engine_metrics.c says which).

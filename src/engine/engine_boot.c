@@ -408,11 +408,9 @@ static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
 /* The trace file is opened first, so an unwritable path fails before the
  * model loads; a failed start leaves no file behind. */
 engine_t *engine_create(const engine_config_t *cfg, sl_err_t *err) {
-    engine_trace_t *trace = NULL;
-    if (cfg->trace_path &&
-        !(trace = trace_open(cfg->trace_path, cfg->trace_max_bytes > 0 ? (size_t)cfg->trace_max_bytes : (size_t)64 << 20,
-                             err)))
-        return NULL;
+    size_t trace_cap = cfg->trace_max_bytes > 0 ? (size_t)cfg->trace_max_bytes : (size_t)64 << 20;
+    engine_trace_t *trace = cfg->trace_path ? trace_open(cfg->trace_path, trace_cap, err) : trace_new(trace_cap);
+    if (!trace) return NULL;
     engine_t *e = create(cfg, err);
     if (!e) {
         sl_err_t ignored;

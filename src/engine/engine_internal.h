@@ -120,7 +120,7 @@ struct engine {
     uint32_t step_faults;           /* the lab's mask as this step loaded it */
     engine_lab_t lab;
     double step_forward_s, step_allreduce_s; /* this step's runner time and its all-reduce part */
-    engine_trace_t *trace;          /* --trace (NULL: off) */
+    engine_trace_t *trace;          /* --trace, or /lab/trace (trace.c; trace_on: recording) */
     struct {                        /* the lab page's snapshot (lab_snapshot.c) */
         bool on, last_idle;
         pthread_mutex_t mu;         /* guards text */
@@ -131,10 +131,14 @@ struct engine {
     uint64_t n_sequences;           /* sequences submitted (guarded by mu) */
 };
 
-/* trace.c: the --trace file (header there). trace_open checks the path is
- * writable (one line in err otherwise); trace_close writes the events and
- * frees the trace (a failed write: -1 with err). */
+/* trace.c: the trace (header there). trace_new makes one that records
+ * nothing until engine_trace_start; trace_open one that records from now to
+ * FILE, checking the path is writable (one line in err otherwise);
+ * trace_close writes the --trace file's events and frees the trace (a failed
+ * write: -1 with err). trace_on: is it recording (t may be NULL). */
+engine_trace_t *trace_new(size_t cap_bytes);
 engine_trace_t *trace_open(const char *path, size_t cap_bytes, sl_err_t *err);
+bool trace_on(engine_trace_t *t);
 void trace_step(engine_trace_t *t, const sched_output_t *so, step_mix_t mix, int32_t n_sampled, double t_start,
                 double t_end, double forward_s);
 void trace_request_done(engine_trace_t *t, const request_t *r);

@@ -67,7 +67,7 @@ static void retire(engine_t *e, request_t *r, finish_reason_t why, double now, e
     r->status = REQ_FINISHED;
     r->finish = why;
     r->t_finished = now;
-    if (e->trace) trace_request_done(e->trace, r);
+    if (trace_on(e->trace)) trace_request_done(e->trace, r);
     last_event->finish = why;
     em_finished(e->metrics, r);
     engine_stream_t *st = r->stream;
@@ -332,9 +332,10 @@ bool engine_step(engine_t *e) {
         fail_step(e, so, fail_msg, failed == 2, done);
         return true;
     }
-    if (__builtin_expect(e->trace || e->lab_snap.on, 0)) { /* the lab's views, off by default */
+    bool tracing = trace_on(e->trace);
+    if (__builtin_expect(tracing || e->lab_snap.on, 0)) { /* the lab's views, off by default */
         step_mix_t mix = step_mix(so);
-        if (e->trace) trace_step(e->trace, so, mix, n_rows, now, done, e->step_forward_s);
+        if (tracing) trace_step(e->trace, so, mix, n_rows, now, done, e->step_forward_s);
         e->lab_snap.step = mix;
     }
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];

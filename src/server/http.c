@@ -205,9 +205,22 @@ static void http_metrics_record(http_req_t *r) {
     metrics_unlock(s->cfg.metrics);
 }
 
+/* The request as an HTTP span of the engine's trace, while one records (trace.c). */
+static void http_trace_record(http_req_t *r) {
+    char *url = http_log_escape(r->url, strlen(r->url)); /* the client's bytes, as printable ASCII */
+    engine_trace_http_t h = {.method = r->method, .url = url, .request_id = r->request_id,
+                             .engine_request_id = routes_engine_id(r), .status = r->status, .t_start = r->t_start,
+                             .t_first_byte = r->t_first_byte, .t_end = sl_now_s(), .request_bytes = (int64_t)r->len,
+                             .response_bytes = r->resp_len ? r->resp_len : r->sent_bytes,
+                             .client_gone = r->client_gone};
+    engine_trace_http(r->srv->engine, &h);
+    free(url);
+}
+
 static void req_free(http_req_t *r) {
     server_t *s = r->srv;
     http_metrics_record(r);
+    http_trace_record(r);
     routes_release(r); /* aborts unfinished engine work, drops stream notifications */
     pthread_mutex_lock(&s->mu);
     if (r->prev) r->prev->next = r->next;
@@ -244,6 +257,7 @@ static const char *reason_phrase(unsigned status) {
     case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 413: return "Request Entity Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -271,6 +285,7 @@ enum MHD_Result http_respond(http_req_t *r, unsigned status, const char *content
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->resp_len = (int64_t)len;
+    r->t_first_byte = sl_now_s();
     http_access_log(r, status);
     return ret;
 }
@@ -286,6 +301,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t n = r->out_len - r->out_off < max ? r->out_len - r->out_off : max;
             memcpy(buf, r->out + r->out_off, n);
             r->out_off += n;
+            r->sent_bytes += (int64_t)n;
+            if (r->t_first_byte == 0) r->t_first_byte = sl_now_s();
             return (ssize_t)n;
         }
         r->out_len = r->out_off = 0;

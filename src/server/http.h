@@ -41,6 +41,8 @@ typedef struct http_req {
     unsigned status;                /* of the response queued (0: none yet) */
     int64_t req_len;                /* the request's Content-Length header (0 without) */
     int64_t resp_len;               /* its Content-Length (0 when streamed) */
+    int64_t sent_bytes;             /* a stream's bytes handed to MHD so far */
+    double t_first_byte;            /* sl_now_s() its response began (0: not yet), for the trace */
     bool client_gone;
     /* Parking: guarded by mu. */
     pthread_mutex_t mu;
@@ -117,5 +119,7 @@ enum MHD_Result routes_error(http_req_t *r, unsigned status, const char *type, c
 void routes_stream_fill(http_req_t *r);
 /* Aborts unfinished engine work and releases the request's streams. */
 void routes_release(http_req_t *r);
+/* The engine's id of r's work (its log id: names its request tracks in the trace), or NULL. */
+const char *routes_engine_id(const http_req_t *r);
 
 #endif

@@ -196,6 +196,8 @@ static void job_free(struct server *s, route_job_t *j, bool aborted) {
     free(j);
 }
 
+const char *routes_engine_id(const http_req_t *r) { return r->job ? r->job->log_id : NULL; }
+
 void routes_release(http_req_t *r) {
     if (!r->job) return;
     job_free(r->srv, r->job, !r->job->finished);
@@ -519,18 +521,26 @@ static enum MHD_Result not_found(http_req_t *r);
 extern const unsigned char lab_page_html[];
 extern const size_t lab_page_html_len;
 
+/* The lab routes' key check: with --admin-key, a Bearer header of it. */
+static bool lab_authorized(http_req_t *r) {
+    struct server *s = r->srv;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    return !s->cfg.admin_key ||
+           http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])s->routes->admin_digest, 1);
+}
+
+static enum MHD_Result lab_unauthorized(http_req_t *r) {
+    static const char body[] = "{\"error\":\"Unauthorized\"}";
+    return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
+}
+
 /* GET /lab/snapshot and /lab/events (--enable-lab-ui): the engine's newest
  * snapshot, once or as a stream of SSE events; read-only, behind the admin
  * key when one is set. */
 static enum MHD_Result lab_snapshot(http_req_t *r, bool events) {
     struct server *s = r->srv;
     if (strcmp(r->method, "GET") != 0) return method_not_allowed(r, "GET");
-    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (s->cfg.admin_key &&
-        !http_bearer_ok(h, (const uint8_t(*)[HTTP_KEY_DIGEST_BYTES])s->routes->admin_digest, 1)) {
-        static const char body[] = "{\"error\":\"Unauthorized\"}";
-        return http_respond(r, 401, "application/json", body, sizeof body - 1, NULL, NULL);
-    }
+    if (!lab_authorized(r)) return lab_unauthorized(r);
     if (events) {
         r->lab_events = true;
         return http_start_sse(r);
@@ -538,6 +548,30 @@ static enum MHD_Result lab_snapshot(http_req_t *r, bool events) {
     char *body = engine_lab_snapshot(s->engine);
     if (!body) return not_found(r);
     return respond_json(r, 200, body, strlen(body));
+}
+
+/* POST /lab/trace/start and /lab/trace/stop (--enable-lab-ui, behind the
+ * admin key when one is set): a trace recorded in memory between the two
+ * (src/engine/trace.c), the stop's body being the Chrome/Perfetto JSON, so
+ * nothing is written on the server's disk. A start while one records, or a
+ * stop with none, is a 409 (OpenAI's error body, type "ConflictError"). */
+static enum MHD_Result lab_trace(http_req_t *r, bool start) {
+    struct server *s = r->srv;
+    if (strcmp(r->method, "POST") != 0) return method_not_allowed(r, "POST");
+    if (!lab_authorized(r)) return lab_unauthorized(r);
+    sl_err_t err;
+    if (start) {
+        if (engine_trace_start(s->engine, &err)) return routes_error(r, 409, "ConflictError", err.msg, NULL);
+        static const char body[] = "{\"status\":\"recording\"}";
+        return http_respond(r, 200, "application/json", body, sizeof body - 1, NULL, NULL);
+    }
+    size_t len;
+    char *doc = engine_trace_stop(s->engine, &len, &err);
+    if (!doc) return routes_error(r, 409, "ConflictError", err.msg, NULL);
+    enum MHD_Result ret = http_respond(r, 200, "application/json", doc, len, "Content-Disposition",
+                                       "attachment; filename=\"servelab-trace.json\"");
+    free(doc);
+    return ret;
 }
 
 /* http_error (lab): a POST request under /v1/ failed before it reaches the engine. */
@@ -619,6 +653,8 @@ enum MHD_Result routes_dispatch(http_req_t *r) {
         return admin_faults(r);
     if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/snapshot")) return lab_snapshot(r, false);
     if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/events")) return lab_snapshot(r, true);
+    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/trace/start")) return lab_trace(r, true);
+    if (s->cfg.enable_lab_ui && !strcmp(url, "/lab/trace/stop")) return lab_trace(r, false);
     if (s->cfg.enable_lab_ui && (!strcmp(url, "/lab") || !strcmp(url, "/lab/"))) {
         /* No data in it (the snapshot route holds the key check), so no key to load it. */
         if (strcmp(r->method, "GET") != 0) return method_not_allowed(r, "GET");

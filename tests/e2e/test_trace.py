@@ -14,8 +14,15 @@ server (SIGTERM: the trace is written as the engine stops) and checks the file:
   args sum to vllm:num_preemptions_total, which this load makes > 0;
 - each request's "prefill chunk" events cover its uncached prompt tokens (exactly, when it was
   never preempted; at least, when it recomputed);
+- the HTTP side: one async span ("b", "n" first byte, "e") per completion, status 200, naming the
+  engine request whose track it holds, and containing that track's phases;
 - --trace-max-mb bounds the file: a second run with a 1 MB ring under a longer load drops the
-  oldest events and says how many.
+  oldest events and says how many; with --enable-lab-ui, POST /lab/trace/start is refused (409)
+  while the --trace FILE records;
+- POST /lab/trace/start|stop (--enable-lab-ui, no --trace): stop before start and a second start
+  are 409s with OpenAI's error body, GET is a 405; the stop's body is the trace of what ran in
+  between (a load of 8: 8 request tracks, 8 HTTP spans, every step), a request that arrived
+  before the start is left out, and a second stop is a 409.
 Stops at the first failed check (test_lab's check); prints "all trace checks passed".
 """
 import argparse
@@ -27,7 +34,7 @@ import threading
 import openai
 
 from test_lab import check, vllm  # noqa: E402
-from test_server import KEY, NAME, Server  # noqa: E402
+from test_server import KEY, NAME, Server, raw  # noqa: E402
 
 SETTINGS = ("--num-gpu-blocks-override", "24", "--max-num-seqs", "16")  # a pool that a burst preempts
 
@@ -35,9 +42,11 @@ SETTINGS = ("--num-gpu-blocks-override", "24", "--max-num-seqs", "16")  # a pool
 def load(srv, n, max_tokens):
     client = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY)
     errors = []
+    go = threading.Barrier(n)   # sent together, so the burst overlaps (and preempts)
 
     def one(i):
         try:
+            go.wait()
             client.completions.create(model=NAME, prompt="word " * (8 + 3 * (i % 24)), max_tokens=max_tokens,
                                       temperature=0, extra_body={"ignore_eos": True})
         except Exception as e:  # noqa: BLE001 (reported below)
@@ -49,6 +58,77 @@ def load(srv, n, max_tokens):
     for t in threads:
         t.join()
     return errors
+
+
+def well_formed(ev):
+    """Every event has a name, a known phase, pid, tid and ts >= 0; "X" a dur, async ones an id."""
+    return all(isinstance(e.get("name"), str) and e.get("ph") in ("X", "M", "b", "n", "e")
+               and isinstance(e.get("pid"), int) and isinstance(e.get("tid"), (int, float)) and e.get("ts", -1) >= 0
+               and (e["ph"] != "X" or e.get("dur", -1) >= 0)
+               and (e["ph"] not in "bne" or (e.get("cat") == "http" and isinstance(e.get("id"), str))) for e in ev)
+
+
+def http_spans(ev):
+    """{async id: {"name", "b", "n", "e" (their ts), "args" (the end's)}} of pid 3's events."""
+    spans = {}
+    for e in ev:
+        if e["pid"] == 3 and e["ph"] in "bne":
+            h = spans.setdefault(e["id"], {})
+            h[e["ph"]] = e["ts"]
+            if e["ph"] == "b":
+                h["name"] = e["name"]
+            if e["ph"] == "e":
+                h["args"] = e["args"]
+    return spans
+
+
+def check_lab_trace(a):
+    """POST /lab/trace/start and /lab/trace/stop on a server without --trace."""
+    srv = Server(a.servelab, a.model, *SETTINGS, "--enable-lab-ui")
+    try:
+        status, _, body = raw(srv.base, "POST", "/lab/trace/stop")
+        err = json.loads(body) if status == 409 else {}
+        check(status == 409 and err.get("error", {}).get("type") == "ConflictError",
+              f"stop with no trace: {status} {body[:160]}")
+        status, headers, _ = raw(srv.base, "GET", "/lab/trace/start")
+        check(status == 405 and headers.get("Allow") == "POST", f"GET /lab/trace/start: {status}, Allow {headers.get('Allow')}")
+        # A stream that arrives before the start and runs across it: left out of the trace.
+        streaming = threading.Event()
+
+        def across():
+            client = openai.OpenAI(base_url=srv.base + "/v1", api_key=KEY)
+            for _ in client.completions.create(model=NAME, prompt="word " * 8, max_tokens=300, temperature=0,
+                                               stream=True, extra_body={"ignore_eos": True}):
+                streaming.set()
+
+        before = threading.Thread(target=across)
+        before.start()
+        check(streaming.wait(60), "a stream started before the trace")
+        status, _, body = raw(srv.base, "POST", "/lab/trace/start")
+        check(status == 200 and json.loads(body) == {"status": "recording"}, f"start: {status} {body[:120]}")
+        status, _, _ = raw(srv.base, "POST", "/lab/trace/start")
+        check(status == 409, f"a second start: {status}")
+        steps0 = vllm(srv, "vllm:iteration_tokens_total_count")
+        errors = load(srv, 8, 24)
+        before.join()
+        steps1 = vllm(srv, "vllm:iteration_tokens_total_count")
+        status, headers, body = raw(srv.base, "POST", "/lab/trace/stop")
+        check(status == 200 and headers.get("Content-Type") == "application/json" and not errors,
+              f"stop: {status} {headers.get('Content-Type')} ({errors[:1]})")
+        doc = json.loads(body)
+        ev = doc["traceEvents"]
+        check(well_formed(ev), f"the stop's trace: {len(ev)} well-formed events")
+        names = [e["args"]["name"] for e in ev if e["pid"] == 2 and e["ph"] == "M" and e["name"] == "thread_name"]
+        posts = [h for h in http_spans(ev).values() if h["name"] == "POST /v1/completions"]
+        check(len(names) == 8 and len(posts) == 8 and all(h["args"]["status"] == 200 for h in posts),
+              f"{len(names)} request tracks and {len(posts)} completion spans: the load of 8, not the earlier stream")
+        steps = sum(1 for e in ev if e["pid"] == 1 and e["name"] == "step")
+        # A step that began before the start is left out: at most one of those counted after it.
+        check(steps >= steps1 - steps0 - 1 > 0, f"{steps} steps traced, {steps1 - steps0} counted during the load")
+        status, _, _ = raw(srv.base, "POST", "/lab/trace/stop")
+        check(status == 409, f"a second stop: {status}")
+    finally:
+        srv.stop()
 
 
 def main():
@@ -67,10 +147,7 @@ def main():
         check(srv.stop() == 0, "the server stopped on SIGTERM")
         doc = json.load(open(path))
         ev = doc["traceEvents"]
-        good = all(isinstance(e.get("name"), str) and e.get("ph") in ("X", "M") and isinstance(e.get("pid"), int)
-                   and isinstance(e.get("tid"), (int, float)) and e.get("ts", -1) >= 0
-                   and (e["ph"] != "X" or e.get("dur", -1) >= 0) for e in ev)
-        check(good, f"{len(ev)} events, each with a name, phase, pid, tid, ts (and dur)")
+        check(well_formed(ev), f"{len(ev)} events, each with a name, phase, pid, tid, ts (and dur, or an async id)")
 
         steps = [e for e in ev if e["pid"] == 1 and e["name"] == "step"]
         check(len(steps) == n_steps, f"{len(steps)} step events, {n_steps} steps in vllm:iteration_tokens_total")
@@ -106,10 +183,25 @@ def main():
               f"all phases {total_us / 1e6:.4f} s, vllm:e2e_request_latency_seconds_sum {e2e_sum:.4f} s")
         check(chunks_ok, "prefill chunks cover each request's uncached prompt tokens")
         check(doc["otherData"]["dropped_oldest"] == 0, "nothing dropped under the default 64 MB")
+        spans = http_spans(ev)
+        posts = [h for h in spans.values() if h["name"] == "POST /v1/completions"]
+        check(len(posts) == 24 and all(h["args"]["status"] == 200 for h in posts),
+              f"{len(posts)} HTTP spans of POST /v1/completions, all 200")
+        by_name = {e["args"]["name"]: tid for tid, es in tracks.items() for e in es if e["ph"] == "M"}
+        inside = 0
+        for h in posts:
+            es = tracks.get(by_name.get(h["args"].get("engine_request", "") + "[0]"), [])
+            ph = {e["name"]: e for e in es if e["name"] in ("queued", "decode")}
+            if len(ph) == 2 and h["b"] <= ph["queued"]["ts"] and ph["decode"]["ts"] + ph["decode"]["dur"] <= h["e"] \
+                    and h["b"] <= h.get("n", -1) <= h["e"]:
+                inside += 1
+        check(inside == 24, f"{inside} of 24 HTTP spans name their engine request and hold its phases and first byte")
 
         # A 1 MB ring under a longer load: the oldest events go, the file says so and stays bounded.
         small = os.path.join(tmp, "small.json")
-        srv = Server(a.servelab, a.model, *SETTINGS, "--trace", small, "--trace-max-mb", "1")
+        srv = Server(a.servelab, a.model, *SETTINGS, "--trace", small, "--trace-max-mb", "1", "--enable-lab-ui")
+        status, _, body = raw(srv.base, "POST", "/lab/trace/start")
+        check(status == 409 and b"--trace" in body, f"POST /lab/trace/start under --trace FILE: {status} {body[:120]}")
         for _ in range(6):
             load(srv, 48, 200)
         check(srv.stop() == 0, "the second server stopped on SIGTERM")
@@ -117,6 +209,7 @@ def main():
         size = os.path.getsize(small)
         check(doc["otherData"]["dropped_oldest"] > 0 and size < (1 << 20) + 4096,
               f"--trace-max-mb 1: {doc['otherData']['dropped_oldest']} oldest events dropped, file {size} bytes")
+    check_lab_trace(a)
     print("all trace checks passed")
 
 
