@@ -7,7 +7,10 @@ concurrent completions, and while it runs has Chromium load /lab#key=KEY:
 - after 4 s of the page's life (Chromium driven over the DevTools protocol): its self-check
   (#selfcheck, written by the page after each snapshot it draws from GET /lab/events) says it
   updated several times with no error, drew one cell per KV block of the pool, filled the
-  running table while requests ran, and plotted the timeline;
+  running table while requests ran, and plotted the timeline; its charts, read from GET /metrics
+  each second, plotted several points, with generation throughput > 0, a TTFT p50, an ITL p50
+  above 10 ms (every step sleeps 15 ms: the chart shows the fault's effect), KV usage in [0, 1],
+  and step_delay among the active faults;
 - a screenshot of the page under load, kept as build/lab-page.png (a CI artifact);
 - without the key the page reports the 401 (self-check errors > 0, no update).
 Exits 77 when no Chromium is installed (ctest counts that a failure: scripts/install-deps.sh
@@ -83,7 +86,8 @@ class Chromium:
                 return reply["result"]
 
     def open(self, url, seconds):
-        """Loads url, lets the page live `seconds` of real time."""
+        """Loads url in a 1100 x 1000 viewport, lets the page live `seconds` of real time."""
+        self.call("Emulation.setDeviceMetricsOverride", width=1100, height=1000, deviceScaleFactor=1, mobile=False)
         self.call("Page.navigate", url=url)
         time.sleep(seconds)
 
@@ -149,6 +153,13 @@ def main():
         check(c.get("num_blocks") == 23 and c.get("blocks_drawn") == 23, "one cell per KV block of the pool (23)")
         check(c.get("max_running", 0) > 1, f"the running table filled under load (up to {c.get('max_running')})")
         check(c.get("timeline_points", 0) >= 5, f"the timeline plotted {c.get('timeline_points')} snapshots")
+        check(c.get("metrics_points", 0) >= 2 and c.get("metrics_errors", 1) == 0,
+              f"the charts plotted {c.get('metrics_points')} scrapes of /metrics, no error")
+        check(c.get("gen_tps_max", 0) > 0 and (c.get("ttft_p50") or 0) > 0,
+              f"generation {c.get('gen_tps_max')} tok/s at most, TTFT p50 {c.get('ttft_p50')} s")
+        check((c.get("itl_p50") or 0) > 0.010, f"ITL p50 {c.get('itl_p50')} s: above 10 ms under the 15 ms step_delay")
+        check(c.get("kv_usage") is not None and 0 <= c["kv_usage"] <= 1, f"KV usage {c.get('kv_usage')}")
+        check("step_delay" in c.get("faults_seen", []), f"active faults shown: {c.get('faults_seen')}")
         shot = os.path.abspath(a.screenshot)
         b.screenshot(shot)
         check(os.path.getsize(shot) > 10000, f"screenshot {shot}")
