@@ -79,6 +79,7 @@ typedef struct engine_output {
     int32_t stop_index;             /* stop string that matched, or -1 */
     int32_t stop_token;             /* stop_token_ids entry that matched, or -1 */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    double t_posted;                /* sl_now_s() when the engine posted it (a reader may take it later) */
     struct engine_output *next;
 } engine_output_t;
 

@@ -363,16 +363,19 @@ static void decode_row(bench_args_t *a, bool first) {
     engine_get_stats(engine, &s0);
     engine_stream_t *st = engine_submit(engine, prompt, (int32_t)a->input_len, &p, &err);
     if (!st) sl_die("%s", err.msg);
+    /* Timed by the engine's posting times, not by when this thread reads the
+     * events: with every core busy (-tp N on N cores) the reader may only run
+     * once the engine has finished. The first token comes from the prefill. */
     double t_first = 0, t_last = 0;
     int32_t n = 0;
     for (engine_output_t *o; (o = engine_stream_next(st)); engine_output_free(o)) {
         if (!o->n_new) continue;
-        t_last = sl_now_s();
+        t_last = o->t_posted;
         if (n++ == 0) t_first = t_last;
     }
     engine_stream_release(engine, st);
     engine_get_stats(engine, &s1);
-    double tok_s = (double)(n - 1) / (t_last - t_first); /* the first token comes from the prefill */
+    double tok_s = t_last > t_first ? (double)(n - 1) / (t_last - t_first) : 0.0;
     double gbs = tok_s * step_bytes / 1e9;
     double fwd = s1.forward_s_total - s0.forward_s_total, ar = s1.allreduce_s_total - s0.allreduce_s_total;
     if (first)

@@ -24,6 +24,7 @@
 #include "servelab/lab.h"
 
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
+    o->t_posted = sl_now_s();
     pthread_mutex_lock(&st->mu);
     if (st->tail) st->tail->next = o;
     else st->head = o;
