@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
@@ -107,6 +108,15 @@ def main():
     line = "Total number of attention heads (4) must be divisible by tensor parallel size (3)."
     check("-tp 3 on 4 heads exits 1 with vLLM's line", res.returncode == 1 and line in res.stderr,
           f"exit {res.returncode}: {res.stderr[-400:]}")
+
+    # `bench decode -tp 1,2` on every core: the rate is timed by the engine, not by a reader that
+    # may run only after it (which once reported -tp 2 at thousands of times -tp 1's rate).
+    res = subprocess.run([args.servelab, "bench", "decode", args.tiny, "-tp", "1,2", "--threads", "2",
+                          "--output-len", "64"], capture_output=True, text=True, timeout=300)
+    rows = [l.split() for l in res.stdout.splitlines() if l[:1].isdigit()]
+    rate = {int(r[0]): float(r[2]) for r in rows}
+    ok = res.returncode == 0 and set(rate) == {1, 2} and rate[1] > 0 and 0.05 < rate[2] / rate[1] < 5
+    check(f"bench decode -tp 1,2: {rate} tok/s, -tp 2 within 0.05-5x of -tp 1", ok, res.stderr[-300:])
 
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
     sys.exit(0 if all(results) else 1)
