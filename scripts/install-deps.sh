@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh test   all of run, plus what the tests use: clang and its fuzzing
 #                                  runtime, Prometheus, Chromium (the lab page's browser test),
 #                                  sentencepiece's trainer (tools/make_model.py),
-#                                  the openai and tokenizers packages (make test; the default)
+#                                  the openai, tokenizers and jsonschema packages (make test; the
+#                                  default)
 # Debian packages via apt-get; Python packages via pip.
 set -euo pipefail
 what=${1:-test}
@@ -17,7 +18,7 @@ apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsen
 declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
 if [ "$what" = test ]; then
     apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus chromium)
-    py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20")
+    py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20" [jsonschema]="jsonschema>=4.18")
 fi
 
 missing=()

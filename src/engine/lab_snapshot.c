@@ -9,7 +9,7 @@
  * HTTP side takes a copy under a lock held only for the pointer swap and the
  * copy. Off (the default), nothing is built.
  *
- * The document:
+ * The document (its JSON Schema: docs/schemas/lab-snapshot.schema.json):
  *   {"time": s since the engine started, "steps": n,
  *    "config": {"block_size", "num_blocks" (usable: the null block is not
  *               counted), "max_num_seqs", "max_num_batched_tokens"},

@@ -8,7 +8,8 @@
  *   a start while one records (a --trace FILE one included) is refused, as
  *   is a stop with none.
  *
- * What it holds (timestamps in microseconds since the trace started):
+ * What it holds (timestamps in microseconds since the trace started; its JSON
+ * Schema: docs/schemas/trace.schema.json):
  * - pid 1 "engine", tid 1 "steps": one complete event ("X") per engine step,
  *   from the step's start (before scheduling) to the end of its forward and
  *   sampling, with the batch composition as args: prefill and decode tokens,

@@ -4,6 +4,7 @@
 Starts `servelab serve` on models/tiny with a 24-block KV pool, a 32-token step budget (prompts
 prefill in chunks), steps slowed to ~15 ms by the step_delay fault (so that a few snapshots a
 second see the load unfold), the lab UI and an admin key, then:
+- every snapshot (polled and streamed) is valid against docs/schemas/lab-snapshot.schema.json;
 - the route needs the admin key (401 without, 200 with), answers GET only (405), and is absent
   without --enable-lab-ui (404);
 - GET /lab/events streams the same snapshots as SSE, each one different from the last;
@@ -20,14 +21,19 @@ Stops at the first failed check (test_lab's check); prints "all lab snapshot che
 """
 import argparse
 import json
+import os
 import threading
 import time
 import urllib.request
 
+import jsonschema
 import openai
 
 from test_lab import check, vllm  # noqa: E402
 from test_server import KEY, NAME, Server, raw  # noqa: E402
+
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schemas",
+                      "lab-snapshot.schema.json")
 
 ADMIN = "lab-key"
 SETTINGS = ("--num-gpu-blocks-override", "24", "--max-num-seqs", "16")
@@ -149,6 +155,10 @@ def main():
     check(events and events[0].startswith("text/event-stream") and len(sse) >= 4
           and all(not consistent(s) for s in sse) and len({s["time"] for s in sse}) == len(sse),
           f"/lab/events: {len(sse)} distinct, consistent snapshots in 3 s")
+    schema = jsonschema.Draft202012Validator(json.load(open(SCHEMA)))
+    invalid = [(i, e.message) for i, s in enumerate(snaps + sse + [first]) for e in schema.iter_errors(s)]
+    check(not invalid, f"{len(snaps) + len(sse) + 1} snapshots valid against docs/schemas/lab-snapshot.schema.json"
+          f"{': ' + str(invalid[0]) if invalid else ''}")
     bad = [(i, consistent(s)) for i, s in enumerate(snaps) if consistent(s)]
     check(not bad, f"{len(snaps)} snapshots, each consistent{': ' + str(bad[0]) if bad else ''}")
     steps = [s["steps"] for s in snaps]

@@ -4,7 +4,7 @@
 Starts `servelab serve` on models/tiny with a KV pool small enough that a burst preempts, sends
 24 concurrent completions through the official `openai` package, reads /metrics, stops the
 server (SIGTERM: the trace is written as the engine stops) and checks the file:
-- it is Chrome/Perfetto trace-event JSON: every event has a name, a phase ("X" complete or "M"
+- it is valid against docs/schemas/trace.schema.json, and Chrome/Perfetto trace-event JSON: every event has a name, a phase ("X" complete or "M"
   metadata), pid, tid and a timestamp >= 0, every "X" a duration >= 0;
 - one track per sequence, named, whose phases queued, prefill and decode follow each other
   without a gap and sum to the request's e2e latency within 1 ms; over all requests they sum to
@@ -31,11 +31,13 @@ import os
 import tempfile
 import threading
 
+import jsonschema
 import openai
 
 from test_lab import check, vllm  # noqa: E402
 from test_server import KEY, NAME, Server, raw  # noqa: E402
 
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "schemas", "trace.schema.json")
 SETTINGS = ("--num-gpu-blocks-override", "24", "--max-num-seqs", "16")  # a pool that a burst preempts
 
 
@@ -58,6 +60,12 @@ def load(srv, n, max_tokens):
     for t in threads:
         t.join()
     return errors
+
+
+def valid(doc):
+    """The schema's first complaint about a trace document, or ''."""
+    err = next(jsonschema.Draft202012Validator(json.load(open(SCHEMA))).iter_errors(doc), None)
+    return f"{err.message} at {list(err.absolute_path)}" if err else ""
 
 
 def well_formed(ev):
@@ -117,7 +125,7 @@ def check_lab_trace(a):
               f"stop: {status} {headers.get('Content-Type')} ({errors[:1]})")
         doc = json.loads(body)
         ev = doc["traceEvents"]
-        check(well_formed(ev), f"the stop's trace: {len(ev)} well-formed events")
+        check(well_formed(ev) and not valid(doc), f"the stop's trace: {len(ev)} events, valid against the schema {valid(doc)}")
         names = [e["args"]["name"] for e in ev if e["pid"] == 2 and e["ph"] == "M" and e["name"] == "thread_name"]
         posts = [h for h in http_spans(ev).values() if h["name"] == "POST /v1/completions"]
         check(len(names) == 8 and len(posts) == 8 and all(h["args"]["status"] == 200 for h in posts),
@@ -148,6 +156,8 @@ def main():
         doc = json.load(open(path))
         ev = doc["traceEvents"]
         check(well_formed(ev), f"{len(ev)} events, each with a name, phase, pid, tid, ts (and dur, or an async id)")
+        why = valid(doc)
+        check(not why, f"the file is valid against docs/schemas/trace.schema.json {why}")
 
         steps = [e for e in ev if e["pid"] == 1 and e["name"] == "step"]
         check(len(steps) == n_steps, f"{len(steps)} step events, {n_steps} steps in vllm:iteration_tokens_total")
