@@ -7,6 +7,7 @@
 #ifndef SERVELAB_DTYPE_H
 #define SERVELAB_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,8 +23,13 @@ typedef enum {
     DTYPE_I64,
     DTYPE_F64,
     DTYPE_BOOL,
+    /* The fp8 KV cache's element types (--kv-cache-dtype), not read from checkpoints: OCP
+     * E4M3FN (bias 7, max 448, no infinity, NaN = S.1111.111) and E5M2 (bias 15, max 57344). */
+    DTYPE_F8_E4M3,
+    DTYPE_F8_E5M2,
     DTYPE_COUNT
 } sl_dtype_t;
+#define DTYPE_CHECKPOINT_COUNT DTYPE_F8_E4M3 /* the dtypes a safetensors header may name */
 
 size_t dtype_size(sl_dtype_t dt);
 /* "F32", "BF16", ... as written in safetensors headers. */
@@ -65,9 +71,20 @@ static inline float f16_to_f32(uint16_t h) {
 
 uint16_t f32_to_f16(float f);
 
-/* Widens n elements of a F32/F16/BF16 array to fp32. */
+/* fp8 as NVIDIA's cvt.rn.satfinite (vLLM's fp8 KV cache with scale 1.0): round to nearest
+ * even; a finite value or an infinity beyond the largest finite one saturates to it (448,
+ * 57344), NaN stays NaN (0x7f with the sign). The widening is exact. */
+uint8_t f32_to_fp8_e4m3(float f);
+uint8_t f32_to_fp8_e5m2(float f);
+float fp8_e4m3_to_f32(uint8_t b);
+float fp8_e5m2_to_f32(uint8_t b);
+/* The 256 values of an fp8 dtype, by code, for decoding loops. */
+const float *fp8_table(sl_dtype_t dt);
+static inline bool dtype_is_fp8(sl_dtype_t dt) { return dt == DTYPE_F8_E4M3 || dt == DTYPE_F8_E5M2; }
+
+/* Widens n elements of a F32/F16/BF16/F8 array to fp32. */
 void dtype_to_f32(float *dst, const void *src, sl_dtype_t dt, int64_t n);
-/* Narrows n fp32 elements to dt (F32/F16/BF16), rounding to nearest even. */
+/* Narrows n fp32 elements to dt (F32/F16/BF16/F8), rounding to nearest even. */
 void dtype_from_f32(void *dst, const float *src, sl_dtype_t dt, int64_t n);
 
 #endif

@@ -51,6 +51,8 @@ typedef struct {
     int64_t kv_cache_memory_bytes;  /* --kv-cache-memory-bytes (0: CPU 4 GiB; CUDA from the utilization) */
     bool enable_prefix_caching;     /* (true) */
     kv_hash_algo_t prefix_caching_hash_algo; /* --prefix-caching-hash-algo (sha256, the zero value) */
+    const char *kv_cache_dtype;     /* --kv-cache-dtype: NULL or "auto" (the model's dtype), "fp8" (=
+                                       "fp8_e4m3"), "fp8_e5m2"; fp8 on the CPU only, scale 1.0 */
     /* The scheduler: budget, max seqs, chunking, static batching. max_model_len
      * is the resolved --max-model-len (engine_create fills it in). */
     sched_config_t sched;
@@ -108,10 +110,14 @@ void engine_free(engine_t *e);
  * --dtype when given; auto keeps a bf16 checkpoint in bf16 and runs fp32 and
  * fp16 checkpoints in fp16. */
 sl_dtype_t engine_cuda_act_dtype(const model_load_opts_t *load, const model_config_t *mc);
-/* The CPU KV cache's dtype, vLLM's --kv-cache-dtype auto (the model's dtype:
- * --dtype, or the checkpoint's torch_dtype): bf16 for a bf16 model, else fp32
- * (the CPU keeps no f16 cache; f16 models compute in fp32 there). */
-sl_dtype_t engine_cpu_kv_dtype(const model_load_opts_t *load, const model_config_t *mc);
+/* --kv-cache-dtype's value: 0 with *fp8 the fp8 dtype it names (DTYPE_COUNT for
+ * NULL or "auto"), -1 for a name vLLM's choices do not have here. */
+int engine_kv_cache_dtype_parse(const char *name, sl_dtype_t *fp8);
+/* The CPU KV cache's dtype: the fp8 one --kv-cache-dtype names (kv_cache_dtype,
+ * parsed), or for auto the model's dtype (--dtype, or the checkpoint's
+ * torch_dtype): bf16 for a bf16 model, else fp32 (the CPU keeps no f16 cache;
+ * f16 models compute in fp32 there). */
+sl_dtype_t engine_cpu_kv_dtype(const model_load_opts_t *load, const model_config_t *mc, const char *kv_cache_dtype);
 
 /* What the engine was built with: the resolved config (max_model_len,
  * budget, KV bytes), the model (weights, config) and tokenizer it owns, and

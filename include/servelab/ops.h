@@ -168,7 +168,7 @@ struct sl_ops {
 /* The CPU backend. `n_threads` sets the size of the process's worker pool
  * (servelab/parallel.h); <= 0: the CPUs this process may run on. */
 const sl_ops_t *cpu_backend_init(int n_threads);
-/* The same with the KV cache in kv_dtype (F32 or BF16). */
+/* The same with the KV cache in kv_dtype (F32, BF16, F8_E4M3 or F8_E5M2). */
 const sl_ops_t *cpu_backend_init_kv(int n_threads, sl_dtype_t kv_dtype);
 /* One INFO line: the CPU kernels' ISA level (cpu_isa.h) and the KV cache dtype. */
 void cpu_backend_log_kernels(const sl_ops_t *ops);

@@ -74,6 +74,7 @@ typedef struct {
     const float *q;
     const void *kc, *vc;
     sl_dtype_t kv_dt;
+    const float *fp8_lut; /* an fp8 cache's values by code (NULL: not fp8) */
     const int32_t *positions, *block_tables;
     const attn_tile_t *tiles;
     int64_t max_blocks, H, Hkv, D, B;
@@ -87,11 +88,16 @@ static int64_t attn_scratch_floats(int64_t rows, int64_t D) {
            + ATTN_KB;           /* one row's scores, then weights */
 }
 
-/* Row r of the block's contiguous copy: the cache row of key position p. */
-static inline void gather_row(float *dst, const void *cache, sl_dtype_t dt, int64_t slot, int64_t Hkv,
-                              int64_t g, int64_t D) {
+/* Row r of the block's contiguous copy: the cache row of key position p. An
+ * fp8 cache (--kv-cache-dtype fp8) widens through its 256-entry table (lut),
+ * exactly. */
+static inline void gather_row(float *dst, const void *cache, sl_dtype_t dt, const float *lut, int64_t slot,
+                              int64_t Hkv, int64_t g, int64_t D) {
     size_t off = (size_t)((slot * Hkv + g) * D);
-    if (dt == DTYPE_BF16) {
+    if (lut) {
+        const uint8_t *src = (const uint8_t *)cache + off;
+        for (int64_t d = 0; d < D; d++) dst[d] = lut[src[d]];
+    } else if (dt == DTYPE_BF16) {
         const uint16_t *src = (const uint16_t *)cache + off;
 #pragma omp simd
         for (int64_t d = 0; d < D; d++) dst[d] = bf16_to_f32(src[d]);
@@ -273,7 +279,8 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
     const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
-    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec;
+    /* fp8 rows are always gathered: attend_block reads only fp32 and bf16 in place. */
+    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec || a->fp8_lut;
     float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
     float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
     const void *krow[ATTN_KB], *vrow[ATTN_KB];
@@ -291,8 +298,8 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
             const uint8_t *kc = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
             const uint8_t *vc = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
             if (gather) {
-                gather_row(kb + j * D, a->kc, a->kv_dt, slot, Hkv, g, D);
-                gather_row(vb + j * D, a->vc, a->kv_dt, slot, Hkv, g, D);
+                gather_row(kb + j * D, a->kc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
+                gather_row(vb + j * D, a->vc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
                 krow[j] = kb + j * D, vrow[j] = vb + j * D;
             } else {
                 /* Read in place: the prefetcher cannot guess these addresses. */
@@ -343,7 +350,7 @@ void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc
                       const int32_t *positions, const int32_t *query_start,
                       const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                       int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
-    SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0 && (kv_dt == DTYPE_F32 || kv_dt == DTYPE_BF16));
+    SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0 && (kv_dt == DTYPE_F32 || kv_dt == DTYPE_BF16 || dtype_is_fp8(kv_dt)));
     (void)T;
     int64_t n_tiles = 0;
     for (int64_t s = 0; s < S; s++) n_tiles += (query_start[s + 1] - query_start[s] + ATTN_QT - 1) / ATTN_QT;
@@ -358,7 +365,8 @@ void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc
     }
     int nt = parallel_n_threads();
     int64_t rows = ATTN_QT * (H / Hkv);
-    attn_args_t a = {out, q, kc, vc, kv_dt, positions, block_tables, tiles, max_blocks, H, Hkv, D, B, scale,
+    attn_args_t a = {out, q, kc, vc, kv_dt, dtype_is_fp8(kv_dt) ? fp8_table(kv_dt) : NULL, positions, block_tables,
+                     tiles, max_blocks, H, Hkv, D, B, scale,
                      sl_malloc((size_t)nt * (size_t)attn_scratch_floats(rows, D) * sizeof(float))};
     parallel_fn_t fn = items_portable;
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -9,7 +9,10 @@
  * vLLM's --kv-cache-dtype auto keeps it in the model's dtype: half the bytes
  * per token, so twice the blocks in the same memory and half the reads in
  * decode attention. kv_write rounds the fp32 K/V rows to bf16 (nearest even);
- * attention widens them exactly as it gathers a block. Activations stay fp32.
+ * attention widens them exactly as it gathers a block. --kv-cache-dtype fp8
+ * (e4m3, or fp8_e5m2) keeps one byte per element the same way: kv_write
+ * rounds with saturation (scale 1.0, as vLLM's default), attention widens
+ * through a table. Activations stay fp32.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -170,7 +173,8 @@ static void op_sample(void *ctx, const float *logits, int64_t n, int64_t V, cons
     cpu_parallel_for(n * V, n, 0, sample_rows, &a);
 }
 
-static cpu_ctx_t ctx_f32 = {DTYPE_F32}, ctx_bf16 = {DTYPE_BF16};
+static cpu_ctx_t ctx_f32 = {DTYPE_F32}, ctx_kv[] = {{DTYPE_BF16}, {DTYPE_F8_E4M3}, {DTYPE_F8_E5M2}};
+#define N_KV_TABLES (sizeof ctx_kv / sizeof ctx_kv[0])
 
 static const sl_ops_t cpu_ops_f32 = {
     .name = "cpu",
@@ -202,24 +206,29 @@ static const sl_ops_t cpu_ops_f32 = {
     .last_error = NULL,
 };
 
-/* The bf16-KV table: the same ops, their ctx saying bf16. */
-static sl_ops_t cpu_ops_bf16;
-static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
-static void bf16_table(void) {
-    cpu_ops_bf16 = cpu_ops_f32;
-    cpu_ops_bf16.ctx = &ctx_bf16;
-    cpu_ops_bf16.kv_dtype = DTYPE_BF16;
+/* The other KV dtypes' tables (bf16, fp8 e4m3, fp8 e5m2): the same ops, their
+ * ctx saying the dtype. */
+static sl_ops_t cpu_ops_kv[N_KV_TABLES];
+static pthread_once_t kv_once = PTHREAD_ONCE_INIT;
+static void kv_tables(void) {
+    for (size_t i = 0; i < N_KV_TABLES; i++) {
+        cpu_ops_kv[i] = cpu_ops_f32;
+        cpu_ops_kv[i].ctx = &ctx_kv[i];
+        cpu_ops_kv[i].kv_dtype = ctx_kv[i].kv_dtype;
+    }
 }
 
 const sl_ops_t *cpu_backend_init(int n_threads) { return cpu_backend_init_kv(n_threads, DTYPE_F32); }
 
 const sl_ops_t *cpu_backend_init_kv(int n_threads, sl_dtype_t kv_dtype) {
-    SL_ASSERT(kv_dtype == DTYPE_F32 || kv_dtype == DTYPE_BF16);
     parallel_set_threads(n_threads);
     (void)cpu_isa(); /* decided now: an unusable SERVELAB_CPU_ISA stops the process before loading */
     if (kv_dtype == DTYPE_F32) return &cpu_ops_f32;
-    pthread_once(&bf16_once, bf16_table);
-    return &cpu_ops_bf16;
+    pthread_once(&kv_once, kv_tables);
+    for (size_t i = 0; i < N_KV_TABLES; i++)
+        if (ctx_kv[i].kv_dtype == kv_dtype) return &cpu_ops_kv[i];
+    SL_ASSERT(!"cpu_backend_init_kv: a KV dtype the CPU kernels do not have");
+    return NULL;
 }
 
 void cpu_backend_log_kernels(const sl_ops_t *ops) {

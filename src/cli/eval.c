@@ -139,7 +139,7 @@ static const sl_ops_t *ppl_backend(const ppl_args_t *a, const model_config_t *mc
 #else
     if (a->ea.device == ENGINE_DEVICE_CUDA) sl_die("--device cuda: this build has no CUDA backend");
 #endif
-    return cpu_backend_init_kv(a->ea.threads, engine_cpu_kv_dtype(load, mc));
+    return cpu_backend_init_kv(a->ea.threads, engine_cpu_kv_dtype(load, mc, a->ea.kv_cache_dtype));
 }
 
 static int perplexity(ppl_args_t *a) {

@@ -186,7 +186,8 @@ engine_metrics_t *em_new(metrics_t *reg, const char *model_name, const engine_t 
         "num_gpu_blocks", "num_gpu_blocks_override", "prefix_caching_hash_algo", "sliding_window",
         "swap_space"};
     const char *info_values[] = {
-        block_size, "auto", "False", "0", e->cfg.enable_prefix_caching ? "True" : "False", "0", "0.9",
+        block_size, e->cfg.kv_cache_dtype ? e->cfg.kv_cache_dtype : "auto", "False", "0",
+        e->cfg.enable_prefix_caching ? "True" : "False", "0", "0.9",
         "False", kv_bytes, "False", "auto", "auto", "None", num_blocks, override,
         kv_hash_algo_name(e->cfg.prefix_caching_hash_algo), "None", "4"};
     metric_family_t *fi = metrics_add(reg, "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",

@@ -97,7 +97,7 @@ static size_t utf8_valid_prefix(const uint8_t *s, size_t n) {
 }
 
 static int dtype_parse(const char *s, sl_dtype_t *out) {
-    for (int d = 0; d < DTYPE_COUNT; d++)
+    for (int d = 0; d < DTYPE_CHECKPOINT_COUNT; d++) /* fp8 is the KV cache's, not a weight's */
         if (!strcmp(s, dtype_name((sl_dtype_t)d))) {
             *out = (sl_dtype_t)d;
             return 0;

@@ -206,6 +206,55 @@ static void test_attention_matches_double_at_every_level(void) {
     report_missing_levels();
 }
 
+/* An fp8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): kv_write stores each
+ * element as f32_to_fp8 rounds it, and attention over it gives the bits of
+ * attention over an fp32 cache holding the same (widened) values, at every
+ * level: the fp8 rows are gathered through the table, the fp32 ones read in
+ * place or gathered, through the same operations. */
+static void test_attention_fp8_kv_is_the_fp32_kv_of_its_values(void) {
+    static const sl_dtype_t fp8[] = {DTYPE_F8_E4M3, DTYPE_F8_E5M2};
+    const int64_t H = 4, Hkv = 2, D = 64, B = 16, max_blocks = 8, n_blocks = 20, T = 40;
+    int32_t tables[2 * 8], qs[3] = {0, 39, 40}, positions[40];
+    for (int i = 0; i < 16; i++) tables[i] = 1 + (i * 7) % 19;
+    for (int t = 0; t < 39; t++) positions[t] = 60 + t; /* a 39-token chunk after 60 cached keys */
+    positions[39] = 100;                            /* a decode at position 100 */
+    int64_t n_slots = n_blocks * B, row = Hkv * D;
+    int64_t *slots = sl_malloc((size_t)n_slots * sizeof *slots);
+    for (int64_t i = 0; i < n_slots; i++) slots[i] = i;
+    float *k = rand_floats(n_slots * row, 3.0f), *v = rand_floats(n_slots * row, 3.0f), *q = rand_floats(T * H * D, 1.0f);
+    k[5] = 1000.0f, v[7] = -1e6f; /* past e4m3's largest finite value (448), and v[7] past e5m2's (57344) */
+    uint8_t *k8 = sl_malloc((size_t)(n_slots * row)), *v8 = sl_malloc((size_t)(n_slots * row));
+    float *kw = sl_malloc((size_t)(n_slots * row) * sizeof *kw), *vw = sl_malloc((size_t)(n_slots * row) * sizeof *vw);
+    float *a = sl_malloc((size_t)(T * H * D) * sizeof *a), *b = sl_malloc((size_t)(T * H * D) * sizeof *b);
+    for (size_t f = 0; f < 2; f++) {
+        cpu_kv_write_dt(k8, v8, fp8[f], k, v, slots, n_slots, Hkv, D);
+        int stored = 1;
+        for (int64_t i = 0; i < n_slots * row; i++) {
+            uint8_t ek = fp8[f] == DTYPE_F8_E4M3 ? f32_to_fp8_e4m3(k[i]) : f32_to_fp8_e5m2(k[i]);
+            uint8_t ev = fp8[f] == DTYPE_F8_E4M3 ? f32_to_fp8_e4m3(v[i]) : f32_to_fp8_e5m2(v[i]);
+            stored &= k8[i] == ek && v8[i] == ev;
+        }
+        CHECK(stored);
+        CHECK(fp8_table(fp8[f])[v8[7]] == (fp8[f] == DTYPE_F8_E4M3 ? -448.0f : -57344.0f)); /* saturated */
+        if (fp8[f] == DTYPE_F8_E4M3) CHECK(fp8_table(fp8[f])[k8[5]] == 448.0f);
+        dtype_to_f32(kw, k8, fp8[f], n_slots * row);
+        dtype_to_f32(vw, v8, fp8[f], n_slots * row);
+        for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+            if (!use_isa((cpu_isa_t)isa)) continue;
+            cpu_attention_kv(a, q, k8, v8, fp8[f], positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B, 0.125f);
+            cpu_attention_kv(b, q, kw, vw, DTYPE_F32, positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B, 0.125f);
+            if (memcmp(a, b, (size_t)(T * H * D) * sizeof *a) != 0) {
+                fprintf(stderr, "  %s %s: fp8 attention differs from fp32 attention on its values\n",
+                        dtype_name(fp8[f]), cpu_isa_name((cpu_isa_t)isa));
+                test_cur_failed = 1;
+            }
+        }
+    }
+    free(slots), free(k), free(v), free(q), free(k8), free(v8), free(kw), free(vw), free(a), free(b);
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+}
+
 int main(void) {
     test_seed();
     printf("  this CPU: %s\n", cpu_isa_name(cpu_isa_detect()));
@@ -214,5 +263,6 @@ int main(void) {
     RUN(test_packed_f32_linear_matches_double_at_every_level);
     RUN(test_packed_f16_linear_matches_double_at_every_level);
     RUN(test_attention_matches_double_at_every_level);
+    RUN(test_attention_fp8_kv_is_the_fp32_kv_of_its_values);
     return test_summary();
 }
