@@ -384,12 +384,22 @@ static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_
 #endif
 }
 
+/* An fp8 KV cache is the CPU's alone for now: one line, NULL. */
+static engine_t *fp8_on_cuda(const engine_config_t *c, sl_err_t *err) {
+    sl_fail(err, "--kv-cache-dtype %s: the CUDA backend keeps the KV cache in the activation dtype (its attention "
+            "kernels read no fp8 yet). Hint: run with --device cpu, or --kv-cache-dtype auto", c->kv_cache_dtype);
+    return NULL;
+}
+
 static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
     engine_config_t c = *cfg;
     model_config_t mc;
     sl_dtype_t fp8;
-    if (engine_kv_cache_dtype_parse(c.kv_cache_dtype, &fp8))
-        return sl_fail(err, "Unknown kv cache dtype: %s", c.kv_cache_dtype), NULL;
+    if (engine_kv_cache_dtype_parse(c.kv_cache_dtype, &fp8)) {
+        sl_fail(err, "Unknown kv cache dtype: %s", c.kv_cache_dtype); /* vLLM's CacheConfig error */
+        return NULL;
+    }
+    if (fp8 != DTYPE_COUNT && c.device == ENGINE_DEVICE_CUDA) return fp8_on_cuda(&c, err);
     if (fp8 != DTYPE_COUNT) /* vLLM's CacheConfig line */
         LOG_INFO("Using fp8 data type to store kv cache. It reduces the GPU memory footprint and boosts the "
                  "performance. Meanwhile, it may cause accuracy drop without a proper scaling factor");
@@ -404,10 +414,7 @@ static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
     if (cuda < 0) return NULL;
 #ifdef SERVELAB_HAVE_CUDA
     if (cuda) {
-        if (fp8 != DTYPE_COUNT)
-            return sl_fail(err, "--kv-cache-dtype %s: the CUDA backend keeps the KV cache in the activation dtype "
-                           "(its attention kernels read no fp8 yet). Hint: run with --device cpu, or "
-                           "--kv-cache-dtype auto", c.kv_cache_dtype), NULL;
+        if (fp8 != DTYPE_COUNT) return fp8_on_cuda(&c, err); /* --device auto picked CUDA */
         if (c.ops && cuda_backend_probe(0, &info, err)) return NULL;
         return boot_cuda(&c, &mc, &info, err);
     }
