@@ -145,13 +145,56 @@ V16_FN v16 v16_exp_neg(v16 x) {
     return (v16)(pi & ~under);
 }
 
-/* A K or V row as 16-lane slices: fp32 as it is, bf16 widened (exactly). */
+/* 16 fp8 codes (one per int32 lane) widened exactly, as fp8_table has them:
+ * the exponent and mantissa moved into an fp32's and rebiased; a subnormal
+ * (exponent 0) as m times its unit; E4M3's NaN code (S.1111.111) and E5M2's
+ * infinities and NaNs as such. Plain vector statements: a ?: between vectors
+ * is lowered lane by lane. */
 typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint8_t v16b __attribute__((vector_size(16)));
+V16_FN v16 v16_from_e4m3(v16i b) {
+    v16i sign = (b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
+    v16i normal = sign | ((e + 120) << 23) | (m << 20);
+    v16i sub = (v16i)(__builtin_convertvector(m, v16) * 0x1p-9f) | sign;
+    v16i is_sub = e == 0, nan = (b & 0x7f) == 0x7f; /* one compare: two and-ed ones go lane by lane */
+    v16i out = (is_sub & sub) | (~is_sub & normal);
+    return (v16)((nan & (sign | 0x7fc00000)) | (~nan & out));
+}
+
+V16_FN v16 v16_from_e5m2(v16i b) {
+    v16i sign = (b & 0x80) << 24, e = (b >> 2) & 31, m = b & 3;
+    v16i normal = sign | ((e + 112) << 23) | (m << 21);
+    v16i sub = (v16i)(__builtin_convertvector(m, v16) * 0x1p-16f) | sign;
+    v16i is_sub = e == 0, special = e == 31;
+    v16i out = (is_sub & sub) | (~is_sub & normal);
+    v16i inf_nan = sign | 0x7f800000 | ((m != 0) & 0x400000); /* m != 0: a quiet NaN */
+    return (v16)((special & inf_nan) | (~special & out));
+}
+
+/* A K or V row as 16-lane slices: fp32 as it is, bf16 and fp8 widened
+ * (exactly). */
 V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
     if (dt == DTYPE_F32) return v16_load((const float *)row + d0);
+    if (dt == DTYPE_F8_E4M3 || dt == DTYPE_F8_E5M2) {
+        v16b b;
+        memcpy(&b, (const uint8_t *)row + d0, sizeof b);
+        v16i x = __builtin_convertvector(b, v16i);
+        if (dt == DTYPE_F8_E4M3) return v16_from_e4m3(x);
+        return v16_from_e5m2(x);
+    }
     v16h h;
     memcpy(&h, (const uint16_t *)row + d0, sizeof h);
     return (v16)(__builtin_convertvector(h, v16i) << 16);
+}
+
+/* An fp8 row widened into dst (the gathered block), 16 lanes at a time. */
+V16_FN void gather_fp8_row(float *dst, const void *row, sl_dtype_t dt, int64_t D) {
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        v16 x;
+        if (dt == DTYPE_F8_E4M3) x = v16_load_kv(row, DTYPE_F8_E4M3, d0);
+        else x = v16_load_kv(row, DTYPE_F8_E5M2, d0);
+        memcpy(dst + d0, &x, sizeof x);
+    }
 }
 
 /* Pairs of vectors, each summed by halves: lanes i and i + h of a's keys, then
@@ -279,8 +322,7 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
     const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
-    /* fp8 rows are always gathered: attend_block reads only fp32 and bf16 in place. */
-    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec || a->fp8_lut;
+    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec;
     float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
     float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
     const void *krow[ATTN_KB], *vrow[ATTN_KB];
@@ -297,7 +339,11 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
             int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
             const uint8_t *kc = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
             const uint8_t *vc = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
-            if (gather) {
+            if (gather && a->fp8_lut && vec) {
+                gather_fp8_row(kb + j * D, kc, a->kv_dt, D);
+                gather_fp8_row(vb + j * D, vc, a->kv_dt, D);
+                krow[j] = kb + j * D, vrow[j] = vb + j * D;
+            } else if (gather) {
                 gather_row(kb + j * D, a->kc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
                 gather_row(vb + j * D, a->vc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
                 krow[j] = kb + j * D, vrow[j] = vb + j * D;
@@ -321,8 +367,12 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
                 attend_block_plain(qv, krow, vrow, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
             else if (gather || a->kv_dt == DTYPE_F32)
                 attend_block(qv, krow, vrow, DTYPE_F32, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-            else
+            else if (a->kv_dt == DTYPE_BF16)
                 attend_block(qv, krow, vrow, DTYPE_BF16, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
+            else if (a->kv_dt == DTYPE_F8_E4M3)
+                attend_block(qv, krow, vrow, DTYPE_F8_E4M3, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
+            else
+                attend_block(qv, krow, vrow, DTYPE_F8_E5M2, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -342,8 +392,8 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
 
 ATTN_ITEMS_FN(items_portable, )
 #if defined(__x86_64__) && defined(__GNUC__)
-ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma"))))
-ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma"))))
+ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma,f16c"))))
+ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))))
 #endif
 
 void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
