@@ -212,6 +212,8 @@ typedef struct {
     bool client_gone;
 } engine_trace_http_t;
 void engine_trace_http(engine_t *e, const engine_trace_http_t *h);
+/* Whether a trace records now (a cheap read, for callers that prepare what they add). */
+bool engine_tracing(engine_t *e);
 
 /* Registers vLLM's V1 engine metrics (vllm:*, labels model_name and engine="0")
  * in `reg` and records them from now on: gauges and counters once per step,

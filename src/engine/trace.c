@@ -85,6 +85,8 @@ engine_trace_t *trace_open(const char *path, size_t cap_bytes, sl_err_t *err) {
 
 bool trace_on(engine_trace_t *t) { return t && __atomic_load_n(&t->on, __ATOMIC_ACQUIRE); }
 
+bool engine_tracing(engine_t *e) { return e && trace_on(e->trace); }
+
 static void ring_clear(engine_trace_t *t) {
     for (int64_t i = 0; i < t->n; i++) free(t->ring[(t->head + i) % t->cap]);
     free(t->ring);

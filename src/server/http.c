@@ -207,6 +207,7 @@ static void http_metrics_record(http_req_t *r) {
 
 /* The request as an HTTP span of the engine's trace, while one records (trace.c). */
 static void http_trace_record(http_req_t *r) {
+    if (!engine_tracing(r->srv->engine)) return;
     char *url = http_log_escape(r->url, strlen(r->url)); /* the client's bytes, as printable ASCII */
     engine_trace_http_t h = {.method = r->method, .url = url, .request_id = r->request_id,
                              .engine_request_id = routes_engine_id(r), .status = r->status, .t_start = r->t_start,
