@@ -32,7 +32,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
-from teacher_forced import run_generate  # noqa: E402
+from teacher_forced import run_generate, forced_steps  # noqa: E402
 
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -164,11 +164,7 @@ def main():
               res.stderr[-800:])
         if res.returncode:
             continue
-        steps, want = [], []
-        for p, o in zip(prompts, ref):
-            for j, t in enumerate(o["token_ids"]):
-                steps.append({"prompt_token_ids": p + o["token_ids"][:j], "max_tokens": 1, "temperature": 0})
-                want.append(t)
+        steps, want = forced_steps(prompts, ref)
         res, outs = generate(args.servelab, twin, steps, "--dtype", "float32")
         agree = sum(o["token_ids"][0] == t for o, t in zip(outs, want))
         check(f"g{group}: the dequantized float32 twin's top-1 equals the AWQ model's at {agree} of {len(want)} "

@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
-from teacher_forced import run_generate  # noqa: E402
+from teacher_forced import run_generate, forced_steps  # noqa: E402
 
 TOKENS_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 
@@ -39,11 +39,7 @@ def agreement(servelab, model, prompts, kv):
     """(agreeing steps, steps) of --kv-cache-dtype kv, teacher-forced along the default cache's answers."""
     _, ref = run_generate(servelab, model, [{"prompt_token_ids": p, "max_tokens": 32, "temperature": 0,
                                              "ignore_eos": True} for p in prompts])
-    steps, want = [], []
-    for p, o in zip(prompts, ref):
-        for j, t in enumerate(o["token_ids"]):
-            steps.append({"prompt_token_ids": p + o["token_ids"][:j], "max_tokens": 1, "temperature": 0})
-            want.append(t)
+    steps, want = forced_steps(prompts, ref)
     res, outs = run_generate(servelab, model, steps, ("--kv-cache-dtype", kv))
     if res.returncode or len(outs) != len(want):
         return 0, max(len(want), 1)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
-from teacher_forced import run_generate  # noqa: E402
+from teacher_forced import run_generate, forced_steps  # noqa: E402
 
 
 def generate(servelab, model, lines, *flags):
@@ -76,11 +76,7 @@ def main():
         prompts = [[rng.randrange(3, vocab) for _ in range(prompt_len)] for _ in range(n_prompts)]
         res, ref = generate(args.servelab, model, [{"prompt_token_ids": p, "max_tokens": n_tokens, "temperature": 0,
                                                     "ignore_eos": True} for p in prompts], *ref_flags)
-        steps, want = [], []
-        for p, o in zip(prompts, ref):
-            for j, t in enumerate(o["token_ids"]):
-                steps.append({"prompt_token_ids": p + o["token_ids"][:j], "max_tokens": 1, "temperature": 0})
-                want.append(t)
+        steps, want = forced_steps(prompts, ref)
         res, outs = generate(args.servelab, model, steps, *flags)
         if res.returncode != 0 or len(outs) != len(want):
             return 0, max(1, len(want)), res.stderr[-800:]

@@ -33,6 +33,17 @@ def generate(servelab, model, lines, extra=()):
     return outs
 
 
+def forced_steps(prompts, outs):
+    """Greedy one-token requests along each answer in outs (the --json objects for prompts):
+    (the request lines, the answer's token at each), for a top-1 agreement count."""
+    steps, want = [], []
+    for p, o in zip(prompts, outs):
+        for j, t in enumerate(o["token_ids"]):
+            steps.append({"prompt_token_ids": p + o["token_ids"][:j], "max_tokens": 1, "temperature": 0})
+            want.append(t)
+    return steps, want
+
+
 def teacher_forced(servelab, model, cases, whose):
     """cases: (prompt_token_ids, the reference's token_ids, its top-5 ids at each step).
     Returns (ok, name, detail) for the caller's check line."""
