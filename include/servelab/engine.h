@@ -21,6 +21,7 @@
 #include "servelab/request.h"
 #include "servelab/sampling.h"
 #include "servelab/scheduler.h"
+#include "servelab/spec_decode.h"
 #include "servelab/tokenizer.h"
 
 typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device_t;
@@ -61,6 +62,7 @@ typedef struct {
     struct faults *faults;          /* lab: the fault table read each step (NULL: none; borrowed) */
     const char *trace_path;         /* --trace: the engine's Chrome/Perfetto trace, written at engine_free */
     int64_t trace_max_bytes;        /* --trace-max-mb: the trace's ring (0: 64 MiB) */
+    spec_config_t spec;             /* --speculative-config (ngram); off by default */
 } engine_config_t;
 
 /* vLLM's defaults for a small GPU (max-num-seqs 256, max-num-batched-tokens
@@ -185,6 +187,9 @@ typedef struct {
     /* The step timing: seconds in the model runner (forward and sampling),
      * and of those, in tensor-parallel all-reduces (rank 0's; 0 at -tp 1). */
     double forward_s_total, allreduce_s_total;
+    /* Speculative decoding's totals (zero when off) and its K. */
+    spec_stats_t spec;
+    int32_t spec_k;
 } engine_stats_t;
 void engine_get_stats(engine_t *e, engine_stats_t *out);
 

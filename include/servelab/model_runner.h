@@ -95,10 +95,11 @@ void kv_cache_free(kv_cache_t *kv, const llama_model_t *m);
 int runner_alloc_kv(model_runner_t *r, int64_t n_blocks, int32_t block_size, sl_err_t *err);
 
 /* The flat batch of a scheduler step: for each scheduled request, its next
- * n_new tokens (from n_computed), their positions and KV slots through the
- * request's blocks, its block-table row, and a logits row when the step
- * completes everything the request knows (its prompt, or the one sampled
- * token of a decode). Pure host code. */
+ * n_new tokens (from n_computed; drafts included), their positions and KV
+ * slots through the request's blocks, its block-table row, and, when the
+ * step completes everything the request knows (its prompt, or the one
+ * sampled token of a decode), a logits row for its last known token and
+ * one for each draft the step computes. Pure host code. */
 void runner_prepare(sl_batch_t *b, const sched_output_t *so, int32_t block_size);
 
 /* One forward of batch b against kv. `logits` (b->n_logits, V) fp32 host
@@ -125,27 +126,31 @@ uint64_t logit_noise_seed(uint64_t seed, const int32_t *tokens, int32_t n_tokens
 void logit_noise_row(float *row, int64_t V, double scale, uint64_t row_seed);
 
 /* The engine's step: prepares so's batch, runs it against the runner's KV
- * cache and samples the n_rows sequences of `sampled` (the scheduled
+ * cache and samples the n_sampled sequences of `sampled` (the scheduled
  * requests whose known tokens are all computed after this step, in batch
- * order) into out[0 .. n_rows). Each draw comes from the request's own
- * generator, on the host or the device alike. Returns 0, or the backend's
- * failure (ops.h last_error: 1 recoverable, 2 the device is lost) with its
- * message in msg; `out` is then meaningless. `noise`: the lab's logit_noise
- * (above), NULL when it is off. */
-int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_rows,
+ * order): each gets 1 + n_spec rows in out, in that order (its last known
+ * token, then each draft it verifies; r->n_spec must be the drafts the
+ * step computes, as sched_step leaves it). Row j of a request is sampled
+ * with the j-th draw ahead in its generator, which is not advanced: the
+ * engine advances it by one draw per token it keeps. Returns 0, or the
+ * backend's failure (ops.h last_error: 1 recoverable, 2 the device is lost)
+ * with its message in msg; `out` is then meaningless. `noise`: the lab's
+ * logit_noise (above), NULL when it is off. */
+int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_sampled,
                    const runner_noise_t *noise, sample_result_t *out, char *msg, size_t msg_cap);
 
 /* Startup's dummy steps, against a scratch cache of one block: S sequences
  * share T tokens; with `context`, each has max_model_len tokens in the cache
  * after the step. Every block-table entry is the scratch block and every
  * slot -1 (nothing is written), so one block of KV memory serves any shape.
- * Each sequence produces logits, and with `sample` they go through the
+ * Each sequence produces logits (each token, with all_rows), and with `sample` they go through the
  * backend's sampler with every stage on (its workspace is then counted in a
  * profile, and its first-use costs paid by a warm-up). -1 with err naming
  * `what` when the backend fails. */
 typedef struct {
     int32_t S, T;
     bool context;
+    bool all_rows;              /* every token gets logits (speculative verification), not one per sequence */
 } runner_shape_t;
 int runner_dummy_steps(model_runner_t *r, int32_t block_size, int32_t max_model_len, const runner_shape_t *shapes,
                        int n, bool sample, const char *what, sl_err_t *err);

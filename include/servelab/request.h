@@ -39,6 +39,7 @@ typedef struct request {
     int32_t *tokens;            /* (n_tokens) prompt, then generated tokens */
     int32_t n_prompt, n_tokens, cap;
     int32_t n_computed;         /* tokens whose K/V are in the cache */
+    int32_t n_spec;             /* speculative drafts, at tokens[n_tokens .. n_tokens + n_spec) (spec_decode.h) */
     int32_t max_tokens;         /* generated-token limit, already capped by max_model_len */
     kv_seq_blocks_t blocks;
     sampling_params_t params;
@@ -61,7 +62,9 @@ typedef struct request {
 /* Number of generated tokens so far. */
 static inline int32_t request_n_output(const request_t *r) { return r->n_tokens - r->n_prompt; }
 
-/* Appends a token (grows the array). */
+/* Appends a token (grows the array). It overwrites the first draft, if any. */
 void request_append(request_t *r, int32_t token);
+/* Sets r's drafts to drafts[0 .. n) (n = 0 clears them; grows the array). */
+void request_set_drafts(request_t *r, const int32_t *drafts, int32_t n);
 
 #endif

@@ -11,6 +11,10 @@
  *     and while budget remains and fewer than --max-num-seqs run: prefix-cache
  *     lookup, then the uncached part cut to the budget (chunked prefill), or,
  *     without chunked prefill, admitted only if the whole prompt fits.
+ * Speculative decoding: a running request's drafts (request_t n_spec) follow
+ * its uncomputed tokens and count against the budget like them; those the
+ * budget or max_model_len leave out are not verified this step
+ * (sched_n_drafts).
  * Static batching (--batching static, a lab mode): waiting requests are
  * admitted only while the batch is forming (nothing running has produced a
  * token yet); once it decodes, nothing joins until it has drained.
@@ -77,6 +81,12 @@ static inline bool sched_has_work(const scheduler_t *s) { return s->n_running > 
 static inline request_t *sched_first_running(const scheduler_t *s) { return s->n_running ? s->running[0] : NULL; }
 static inline request_t *sched_first_waiting(const scheduler_t *s) {
     return s->n_waiting ? s->waiting[s->wait_head] : NULL;
+}
+/* How many of r's drafts a step that computes n_new of its tokens verifies
+ * (call before n_computed advances): 0 for a prefill chunk or a plain decode. */
+static inline int32_t sched_n_drafts(const request_t *r, int32_t n_new) {
+    int32_t k = r->n_computed + n_new - r->n_tokens;
+    return k > 0 ? k : 0;
 }
 static inline int64_t sched_n_preemptions(const scheduler_t *s) { return s->n_preemptions; }
 

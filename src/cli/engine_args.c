@@ -17,7 +17,7 @@ enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,
     E_NO_PREFIX, E_CHUNKED, E_NO_CHUNKED, E_BATCHED, E_SEQS, E_BATCHING, E_SEED, E_THREADS,
     E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE, E_HASH_ALGO, E_KV_DTYPE, E_TP, E_QUANT,
-    E_TRACE, E_TRACE_MB,
+    E_TRACE, E_TRACE_MB, E_SPEC,
 };
 
 const struct option engine_long_options[] = {
@@ -48,6 +48,7 @@ const struct option engine_long_options[] = {
     {"max-seq-len-to-capture", required_argument, 0, E_SEQ_TO_CAPTURE},
     {"trace", required_argument, 0, E_TRACE},
     {"trace-max-mb", required_argument, 0, E_TRACE_MB},
+    {"speculative-config", required_argument, 0, E_SPEC},
     {0, 0, 0, 0},
 };
 
@@ -61,6 +62,7 @@ const char *engine_usage =
     "  [--max-num-seqs 256] [--enforce-eager] [--cuda-graph-sizes N|N,N,...] [--max-seq-len-to-capture 8192]\n"
     "  [--batching continuous|static] [--seed 0] [--threads N] [--skip-warmup]\n"
     "  [--tensor-parallel-size N | -tp N] [--quantization awq|awq_marlin | -q ...]\n"
+    "  [--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": K, ...}']\n"
     "  [--trace FILE.json] [--trace-max-mb 64]\n";
 
 /* --help's descriptions, vLLM's defaults in parentheses. */
@@ -102,6 +104,9 @@ const char *engine_help =
     "  --quantization awq|awq_marlin, -q\n"
     "                                the checkpoint's quantization, checked against its\n"
     "                                quantization_config (from the checkpoint)\n"
+    "  --speculative-config JSON     n-gram (prompt lookup) speculative decoding: {\"method\": \"ngram\",\n"
+    "                                \"num_speculative_tokens\": K, \"prompt_lookup_max\": 5,\n"
+    "                                \"prompt_lookup_min\": 5} (off)\n"
     "  --trace FILE.json             the engine's steps and each request's phases as a Chrome/Perfetto\n"
     "                                trace (ui.perfetto.dev), written when the engine stops (off)\n"
     "  --trace-max-mb N              the trace keeps its newest N MB of events (64)\n";
@@ -167,6 +172,11 @@ int engine_args_handle(engine_config_t *a, int c, const char *v) {
         else cli_usage_error("", "argument --batching: invalid choice: '%s' (choose from 'continuous', 'static')", v);
         return 1;
     case E_TRACE: a->trace_path = v; return 1;
+    case E_SPEC: {
+        sl_err_t err;
+        if (spec_config_parse(&a->spec, v, &err)) cli_usage_error("", "argument %s", err.msg);
+        return 1;
+    }
     case E_TRACE_MB: a->trace_max_bytes = cli_parse_int("--trace-max-mb", v, 1, 1 << 20) << 20; return 1;
     case E_SEED: a->seed = (uint64_t)cli_parse_int("--seed", v, 0, INT64_MAX); return 1;
     case E_THREADS: a->threads = (int)cli_parse_int("--threads", v, 1, 4096); return 1;

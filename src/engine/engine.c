@@ -32,6 +32,15 @@ void request_append(request_t *r, int32_t token) {
     r->tokens[r->n_tokens++] = token;
 }
 
+void request_set_drafts(request_t *r, const int32_t *drafts, int32_t n) {
+    if (r->n_tokens + n > r->cap) {
+        while (r->n_tokens + n > r->cap) r->cap = r->cap ? 2 * r->cap : 64;
+        r->tokens = sl_realloc(r->tokens, (size_t)r->cap * sizeof *r->tokens);
+    }
+    memcpy(r->tokens + r->n_tokens, drafts, (size_t)n * sizeof *drafts);
+    r->n_spec = n;
+}
+
 /* "1,234,567" as Python's f"{n:,}" prints it. */
 static const char *with_commas(int64_t n, char *buf, size_t cap) {
     char digits[32];
@@ -97,7 +106,7 @@ engine_t *engine_assemble(const engine_config_t *cfg, llama_model_t *model, toke
     kv_pool_init(&e->pool, (int32_t)n_blocks, B, cfg->enable_prefix_caching, cfg->prefix_caching_hash_algo);
     sched_init(&e->sched, sc, &e->pool);
     e->sampled = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->sampled);
-    e->results = sl_malloc((size_t)sc->max_num_seqs * sizeof *e->results);
+    e->results = sl_malloc((size_t)e->runner.max_seqs * sizeof *e->results);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->stats.n_blocks = (int32_t)n_blocks;

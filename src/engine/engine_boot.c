@@ -58,11 +58,22 @@ static void add_device_error(const sl_ops_t *ops, sl_err_t *err) {
     sl_fail(err, "%s (%s)", what, msg);
 }
 
+/* Rows of logits a step can ask for: one per sequence, and with
+ * speculative decoding one more per draft, never more than the step's
+ * tokens (the model's and the runner's max_seqs). */
+static int32_t max_logit_rows(const engine_config_t *c) {
+    const sched_config_t *sc = &c->sched;
+    if (!c->spec.on) return sc->max_num_seqs;
+    int64_t rows = (int64_t)sc->max_num_seqs * (1 + c->spec.num_speculative_tokens);
+    int64_t cap = sc->max_num_batched_tokens > sc->max_num_seqs ? sc->max_num_batched_tokens : sc->max_num_seqs;
+    return (int32_t)(rows < cap ? rows : cap);
+}
+
 /* The model and tokenizer on `ops`; frees what it made on failure. */
 static int load_model(const engine_config_t *c, const model_load_opts_t *load, const sl_ops_t *ops,
                       llama_model_t *m, tokenizer_t **tok, sl_err_t *err) {
     if (!(*tok = tok_load(c->model_dir, err))) return -1;
-    if (llama_init(m, c->model_dir, load, ops, c->sched.max_num_batched_tokens, c->sched.max_num_seqs, err)) {
+    if (llama_init(m, c->model_dir, load, ops, c->sched.max_num_batched_tokens, max_logit_rows(c), err)) {
         add_device_error(ops, err);
         tok_free(*tok);
         *tok = NULL;
@@ -281,12 +292,17 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
     double profile_s = 0.0;
     if (profile) {
         int32_t S1 = min32(Smax, ((int64_t)Tmax + L - 1) / L);
+        /* With speculative decoding, the largest verification step last:
+         * every sequence computes its token and K drafts, each sampled (the
+         * logits and the sampler's workspace grow with them). */
+        int32_t K = c->spec.on ? c->spec.num_speculative_tokens : 0;
         runner_shape_t shapes[] = {
-            {S1, min32(Tmax, (int64_t)S1 * L), false},
-            {Smax, min32(Tmax, (int64_t)Smax * L), true},
-            {Smax, Smax, true},
+            {S1, min32(Tmax, (int64_t)S1 * L), false, false},
+            {Smax, min32(Tmax, (int64_t)Smax * L), true, false},
+            {Smax, Smax, true, false},
+            {Smax, min32(Tmax, (int64_t)Smax * (1 + K)), true, true},
         };
-        if (runner_dummy_steps(&probe, B, L, shapes, 3, true, "the profiling forward", err) ||
+        if (runner_dummy_steps(&probe, B, L, shapes, K > 0 ? 4 : 3, true, "the profiling forward", err) ||
             cuda_backend_mem_info(ops, &free2, &total, err))
             goto fail_probe;
         profile_s = sl_now_s() - t0;
@@ -329,7 +345,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         LOG_INFO("Skipping the warm-up forward (--skip-warmup): the first requests pay the cold-start costs.");
     } else {
         /* Decode steps at batch 1 and at the largest batch, at full context. */
-        runner_shape_t shapes[] = {{1, 1, true}, {Smax, Smax, true}};
+        runner_shape_t shapes[] = {{1, 1, true, false}, {Smax, Smax, true, false}};
         if (runner_dummy_steps(&probe, B, L, shapes, 2, true, "the warm-up forward", err)) goto fail_probe;
     }
     runner_free(&probe);

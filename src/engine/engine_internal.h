@@ -43,6 +43,7 @@ typedef struct {
     double kv_usage, prefix_hit_rate;
     int64_t d_prompt_tokens, d_generation_tokens, d_preemptions, d_queries, d_hits;
     double d_allreduce_s;
+    const spec_stats_t *d_spec;     /* the step's speculative decoding counts (NULL: none) */
 } em_step_t;
 struct metrics;
 engine_metrics_t *em_new(struct metrics *reg, const char *model_name, const struct engine *e);
@@ -93,7 +94,7 @@ struct engine {
     kv_pool_t pool;                 /* which KV blocks hold what */
     scheduler_t sched;
     request_t **sampled;            /* (max_num_seqs) sequences sampled this step */
-    sample_result_t *results;       /* (max_num_seqs) */
+    sample_result_t *results;       /* (runner.max_seqs) their rows: 1 + drafts each */
     int64_t max_request_tokens;     /* tokens one request may hold in the pool */
     uint64_t n_submitted;
 
@@ -117,6 +118,7 @@ struct engine {
     hit_window_t hit_window;
     int64_t seen_preemptions;
     kv_prefix_stats_t seen_prefix;
+    spec_stats_t spec_stats, seen_spec; /* speculative decoding: totals, and those already published */
     uint32_t step_faults;           /* the lab's mask as this step loaded it */
     engine_lab_t lab;
     double step_forward_s, step_allreduce_s; /* this step's runner time and its all-reduce part */

@@ -67,6 +67,9 @@ struct engine_metrics {
         *h_max_generation_tokens, *h_n, *h_max_tokens, *h_ttft, *h_tpot, *h_itl, *h_request_tpot, *h_e2e,
         *h_queue, *h_inference, *h_prefill, *h_decode, *cache_config_info, *prefix_hit_rate, *swapped,
         *cpu_cache_usage, *preemption_count, *allreduce_seconds;
+    /* --speculative-config only (NULL otherwise): vLLM's SpecDecodingProm. */
+    metric_t *spec_drafts, *spec_draft_tokens, *spec_accepted, *spec_per_pos[SPEC_MAX_TOKENS];
+    int32_t spec_k;
     /* This step's observations (engine thread only). */
     double *ttft, *itl;
     int32_t n_ttft, n_itl, cap_ttft, cap_itl;
@@ -209,6 +212,22 @@ engine_metrics_t *em_new(metrics_t *reg, const char *model_name, const engine_t 
     em->allreduce_seconds = COUNTER("servelab:tp_allreduce_seconds",
                                     "Seconds the engine's steps spent in tensor-parallel all-reduces (rank 0; "
                                     "0 at --tensor-parallel-size 1).");
+    if (e->cfg.spec.on) {
+        em->spec_k = e->cfg.spec.num_speculative_tokens;
+        em->spec_drafts = COUNTER("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.");
+        em->spec_draft_tokens = COUNTER("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.");
+        em->spec_accepted = COUNTER("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.");
+        static const char *const pos_labels[] = {"model_name", "engine", "position"};
+        metric_family_t *fp = metrics_add(reg, "vllm:spec_decode_num_accepted_tokens_per_pos",
+                                          "Accepted tokens per draft position.", METRIC_COUNTER, 3, pos_labels,
+                                          NULL, 0, 0);
+        for (int32_t i = 0; i < em->spec_k; i++) {
+            char pos[12];
+            snprintf(pos, sizeof pos, "%d", i);
+            const char *v[] = {model_name, "0", pos};
+            em->spec_per_pos[i] = metric_child(fp, v);
+        }
+    }
     return em;
 }
 
@@ -292,6 +311,12 @@ void em_flush(engine_metrics_t *em, const em_step_t *s) {
     metric_inc_locked(em->allreduce_seconds, s->d_allreduce_s);
     metric_inc_locked(em->prompt_tokens, (double)s->d_prompt_tokens);
     metric_inc_locked(em->generation_tokens, (double)s->d_generation_tokens);
+    if (s->d_spec && em->spec_drafts) {
+        metric_inc_locked(em->spec_drafts, (double)s->d_spec->n_drafts);
+        metric_inc_locked(em->spec_draft_tokens, (double)s->d_spec->n_draft_tokens);
+        metric_inc_locked(em->spec_accepted, (double)s->d_spec->n_accepted);
+        for (int32_t i = 0; i < em->spec_k; i++) metric_inc_locked(em->spec_per_pos[i], (double)s->d_spec->per_pos[i]);
+    }
     if (s->stepped)
         metric_observe_locked(em->h_iteration_tokens, (double)(s->d_prompt_tokens + s->d_generation_tokens));
     for (int32_t i = 0; i < em->n_ttft; i++) metric_observe_locked(em->h_ttft, em->ttft[i]);

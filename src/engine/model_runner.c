@@ -57,7 +57,9 @@ void runner_prepare(sl_batch_t *b, const sched_output_t *so, int32_t B) {
         b->seq_lens[s] = start + n;
         int32_t *row = b->block_tables + (size_t)s * (size_t)b->max_blocks;
         memcpy(row, r->blocks.ids, (size_t)r->blocks.n * sizeof *row);
-        if (start + n == r->n_tokens) b->logits_index[b->n_logits++] = b->n_tokens - 1;
+        /* A row for the last known token and one per verified draft. */
+        for (int32_t pos = r->n_tokens - 1; pos < start + n; pos++)
+            if (pos >= start) b->logits_index[b->n_logits++] = t0 + pos - start;
     }
     b->n_seqs = so->n;
 }
@@ -302,17 +304,24 @@ void runner_forward(model_runner_t *r, const sl_batch_t *b, const kv_cache_t *kv
 
 /* ---- the engine's step: forward, then sampling ---------------------------------------- */
 
-/* Resolves each sampled sequence's row (its draw taken from the request's
- * own generator, one per step exactly when it samples at random) and has
- * the backend sample them where the logits are. A row depends only on its
- * own logits, history and generator, so batch and backend never change a
+/* Resolves each sampled sequence's rows and has the backend sample them
+ * where the logits are: one row for its last known token, then one per
+ * draft it verifies (request_t n_spec), each with the history up to its
+ * position (the drafts before it count as output, for the penalties and
+ * min_tokens). Row j takes the j-th draw ahead in the request's generator,
+ * peeked from a copy: the engine advances the generator by one draw per
+ * token it keeps (runner_execute), so token i of a request always comes
+ * from its i-th draw, with or without speculation. A row depends only on its
+ * own logits, history and draw, so batch and backend never change a
  * request's tokens. */
-static void sample_rows(model_runner_t *r, request_t *const *reqs, int32_t n_rows, sample_result_t *out) {
+static void sample_rows(model_runner_t *r, request_t *const *reqs, int32_t n_reqs, int32_t n_rows,
+                        sample_result_t *out) {
     const model_config_t *c = &r->model->cfg;
     int64_t need = 0;
-    for (int32_t i = 0; i < n_rows; i++) {
+    for (int32_t i = 0; i < n_reqs; i++) {
         const request_t *q = reqs[i];
-        need += sampling_row_n_ids(&q->params, q->n_prompt, request_n_output(q), c->n_eos_token_ids);
+        for (int32_t j = 0; j <= q->n_spec; j++)
+            need += sampling_row_n_ids(&q->params, q->n_prompt, request_n_output(q) + j, c->n_eos_token_ids);
     }
     if (need > r->row_cap) {
         r->row_cap = need > 2 * r->row_cap ? need : 2 * r->row_cap;
@@ -322,13 +331,19 @@ static void sample_rows(model_runner_t *r, request_t *const *reqs, int32_t n_row
         r->row_bias = sl_malloc((size_t)r->row_cap * sizeof *r->row_bias);
     }
     int64_t off = 0;
-    for (int32_t i = 0; i < n_rows; i++) {
+    int32_t row = 0;
+    for (int32_t i = 0; i < n_reqs; i++) {
         request_t *q = reqs[i];
-        double u = sampling_draws(&q->params) ? rng_uniform(&q->rng) : 0.0;
-        off = sampling_row_resolve(&r->rows[i], &q->params, q->tokens, q->n_prompt, q->tokens + q->n_prompt,
-                                   request_n_output(q), c->eos_token_ids, c->n_eos_token_ids, u, r->row_ids,
-                                   r->row_bias, off);
+        sl_rng_t ahead = q->rng;
+        bool draws = sampling_draws(&q->params);
+        for (int32_t j = 0; j <= q->n_spec; j++, row++) {
+            double u = draws ? rng_uniform(&ahead) : 0.0;
+            off = sampling_row_resolve(&r->rows[row], &q->params, q->tokens, q->n_prompt, q->tokens + q->n_prompt,
+                                       request_n_output(q) + j, c->eos_token_ids, c->n_eos_token_ids, u,
+                                       r->row_ids, r->row_bias, off);
+        }
     }
+    SL_ASSERT(row == n_rows);
     r->ops->sample(r->ops->ctx, r->d_logits ? r->d_logits : r->logits, n_rows, c->vocab_size, r->rows, r->row_ids,
                    r->row_bias, off, out);
 }
@@ -361,24 +376,30 @@ void logit_noise_row(float *row, int64_t V, double scale, uint64_t row_seed) {
     }
 }
 
-static void add_logit_noise(model_runner_t *r, request_t *const *reqs, int32_t n_rows, const runner_noise_t *noise) {
+/* A row's noise is seeded by the tokens before its position: a verified
+ * draft's row by the request's tokens and the drafts before it, as the
+ * same position would be without speculation. */
+static void add_logit_noise(model_runner_t *r, request_t *const *reqs, int32_t n_reqs, int32_t n_rows,
+                            const runner_noise_t *noise) {
     const sl_ops_t *o = r->ops;
     int64_t V = r->model->cfg.vocab_size;
     size_t n_bytes = (size_t)n_rows * (size_t)V * sizeof(float);
     if (r->d_logits) o->download(o->ctx, r->logits, r->d_logits, n_bytes);
-    for (int32_t i = 0; i < n_rows; i++)
-        logit_noise_row(r->logits + (size_t)i * (size_t)V, V, noise->scale,
-                        logit_noise_seed(noise->seed, reqs[i]->tokens, reqs[i]->n_tokens));
+    for (int32_t i = 0, row = 0; i < n_reqs; i++)
+        for (int32_t j = 0; j <= reqs[i]->n_spec; j++, row++)
+            logit_noise_row(r->logits + (size_t)row * (size_t)V, V, noise->scale,
+                            logit_noise_seed(noise->seed, reqs[i]->tokens, reqs[i]->n_tokens + j));
     if (r->d_logits) o->upload(o->ctx, r->d_logits, r->logits, n_bytes);
 }
 
-int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_rows,
+int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const *sampled, int32_t n_sampled,
                    const runner_noise_t *noise, sample_result_t *out, char *msg, size_t msg_cap) {
     runner_prepare(&r->batch, so, (int32_t)r->kv.block_size);
-    SL_ASSERT(n_rows == r->batch.n_logits);
+    int32_t n_rows = r->batch.n_logits;
+    SL_ASSERT(n_rows >= n_sampled);
     runner_forward(r, &r->batch, &r->kv, r->d_logits ? NULL : r->logits);
-    if (noise && n_rows > 0) add_logit_noise(r, sampled, n_rows, noise);
-    if (n_rows > 0) sample_rows(r, sampled, n_rows, out);
+    if (noise && n_rows > 0) add_logit_noise(r, sampled, n_sampled, n_rows, noise);
+    if (n_rows > 0) sample_rows(r, sampled, n_sampled, n_rows, out);
     /* One check for both (every rank's backend): on a device it is a synchronization. */
     return llama_last_error(r->model, msg, msg_cap);
 }
@@ -387,12 +408,15 @@ int runner_execute(model_runner_t *r, const sched_output_t *so, request_t *const
 
 /* S sequences share T tokens (the first T % S get one more); with `context`
  * each has max_model_len tokens in the cache after the step (its queries are
- * the last ones), otherwise it is a fresh prompt. */
-static void dummy_batch(sl_batch_t *b, int32_t S, int32_t T, int32_t max_model_len, bool context, int64_t V) {
+ * the last ones), otherwise it is a fresh prompt. The last token of each
+ * sequence gets logits, or every token with all_rows. */
+static void dummy_batch(sl_batch_t *b, const runner_shape_t *shape, int32_t max_model_len, int64_t V) {
+    int32_t S = shape->S, T = shape->T;
+    bool context = shape->context;
     SL_ASSERT(S >= 1 && T >= S && (int64_t)T <= (int64_t)S * max_model_len);
     b->n_tokens = T;
     b->n_seqs = S;
-    b->n_logits = S;
+    b->n_logits = 0;
     int32_t t = 0;
     for (int32_t s = 0; s < S; s++) {
         int32_t q = T / S + (s < T % S), len = context ? max_model_len : q;
@@ -401,10 +425,10 @@ static void dummy_batch(sl_batch_t *b, int32_t S, int32_t T, int32_t max_model_l
             b->token_ids[t] = (int32_t)(t % V);
             b->positions[t] = len - q + i;
             b->slot_mapping[t] = -1;
+            if (shape->all_rows || i == q - 1) b->logits_index[b->n_logits++] = t;
         }
         b->query_start[s + 1] = t;
         b->seq_lens[s] = len;
-        b->logits_index[s] = t - 1;
         memset(b->block_tables + (size_t)s * (size_t)b->max_blocks, 0, (size_t)b->max_blocks * sizeof(int32_t));
     }
 }
@@ -447,12 +471,12 @@ int runner_dummy_steps(model_runner_t *r, int32_t block_size, int32_t max_model_
     char msg[SL_ERR_LEN] = "";
     int failed = 0;
     for (int i = 0; i < n && !failed; i++) {
-        dummy_batch(&b, shapes[i].S, shapes[i].T, max_model_len, shapes[i].context, r->model->cfg.vocab_size);
+        dummy_batch(&b, &shapes[i], max_model_len, r->model->cfg.vocab_size);
         runner_forward(r, &b, &kv, r->d_logits ? NULL : r->logits);
         failed = o->last_error ? o->last_error(o->ctx, msg, sizeof msg) : 0;
     }
     if (!failed && sample) {
-        dummy_sample(r, shapes[n - 1].S); /* the last shape left that many rows of logits */
+        dummy_sample(r, b.n_logits); /* the rows of logits the last shape left */
         failed = o->last_error ? o->last_error(o->ctx, msg, sizeof msg) : 0;
     }
     batch_free(&b);

@@ -1,5 +1,11 @@
 /* scheduler.c - vLLM V1's schedule(): running first, then waiting FCFS (see scheduler.h).
  *
+ * Speculative drafts (request_t's n_spec) are tokens a running request asks
+ * to compute like any other, after its uncomputed ones: they take budget and
+ * blocks, and the budget or max_model_len may cut them (vLLM trims
+ * spec_token_ids the same way). Only real tokens are hashed into the prefix
+ * cache. A preempted request drops its drafts: it recomputes its real tokens.
+ *
  * Static batching admits new requests only while the current batch is still
  * forming: nothing running, or nothing running has produced a token yet (its
  * prompts may take several steps to prefill under the token budget). Once the
@@ -112,6 +118,7 @@ void sched_remove(scheduler_t *s, request_t *r) {
 static void preempt(scheduler_t *s, request_t *r) {
     kv_free_seq(s->pool, &r->blocks);
     r->n_computed = 0;
+    r->n_spec = 0;
     r->status = REQ_WAITING;
     r->n_preemptions++;
     s->n_preemptions++;
@@ -135,15 +142,15 @@ const sched_output_t *sched_step(scheduler_t *s, double now) {
     /* 1. Running requests, oldest first. */
     for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
         request_t *r = s->running[i];
-        int32_t n_new = r->n_tokens - r->n_computed;
+        int32_t n_new = r->n_tokens + r->n_spec - r->n_computed;
         if (n_new > budget) n_new = budget;
         if (n_new > s->cfg.max_model_len - 1 - r->n_computed)
             n_new = s->cfg.max_model_len - 1 - r->n_computed;
         if (n_new <= 0) continue;
         bool scheduled = false;
         for (;;) {
-            int32_t upto = r->n_computed + n_new;
-            if (kv_allocate(s->pool, &r->blocks, r->tokens, upto, upto, NULL, 0)) {
+            int32_t upto = r->n_computed + n_new, known = upto < r->n_tokens ? upto : r->n_tokens;
+            if (kv_allocate(s->pool, &r->blocks, r->tokens, known, upto, NULL, 0)) {
                 scheduled = true;
                 break;
             }
@@ -153,6 +160,8 @@ const sched_output_t *sched_step(scheduler_t *s, double now) {
             if (victim == r) break;
         }
         if (!scheduled) break;
+        int32_t k = sched_n_drafts(r, n_new);
+        if (k < r->n_spec) r->n_spec = k; /* the drafts left out are dropped */
         out_push(s, r, n_new);
         budget -= n_new;
     }

@@ -22,6 +22,7 @@
 
 #include "engine_internal.h"
 #include "servelab/lab.h"
+#include "servelab/spec_decode.h"
 
 void engine_post(engine_stream_t *st, engine_output_t *o, bool finishes_sequence) {
     o->t_posted = sl_now_s();
@@ -119,9 +120,14 @@ static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
     return false;
 }
 
-/* Appends the sampled token to r, runs the stop checks and posts the event. */
-/* suppress_eos (lab): EOS and stop_token_ids do not end r; each one that would have counts. */
-static void update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now, bool suppress_eos) {
+/* Appends the sampled token to r, runs the stop checks and posts the event.
+ * Returns true when r finished (it is retired, and may be freed already).
+ * suppress_eos (lab): EOS and stop_token_ids do not end r; each one that
+ * would have counts. first_of_step: the step's first token for r; a step
+ * that keeps several (speculative decoding) observes one inter-token
+ * latency for them, as vLLM's iteration stats do. */
+static bool update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now, bool suppress_eos,
+                              bool first_of_step) {
     const model_config_t *mc = &e->model.cfg;
     const sampling_params_t *p = &r->params;
     request_append(r, res->token);
@@ -129,7 +135,7 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     double prev_token = r->t_last_token;
     if (n_out == 1) r->t_first_token = now;
     r->t_last_token = now;
-    em_token(e->metrics, r, now, prev_token);
+    if (first_of_step) em_token(e->metrics, r, now, prev_token);
 
     finish_reason_t fin = FINISH_NONE;
     bool stop_token = false;
@@ -165,8 +171,41 @@ static void update_with_token(engine_t *e, request_t *r, const sample_result_t *
     o->n_new = 1;
     o->token = res->token;
     if (p->logprobs >= 0) o->logprobs = *res;
-    if (fin == FINISH_NONE) engine_post(r->stream, o, false);
-    else retire(e, r, fin, now, o);
+    if (fin == FINISH_NONE) {
+        engine_post(r->stream, o, false);
+        return false;
+    }
+    retire(e, r, fin, now, o);
+    return true;
+}
+
+/* r's rows of this step: its last known token's, then one per draft it
+ * verified (r->n_spec). Keeps the drafts up to the first the model did not
+ * sample, then the model's own token (spec_n_accepted), each through the
+ * stop checks until one finishes r; the KV of the drafts it dropped is
+ * recomputed (n_computed steps back over them). One draw of r's generator
+ * per token kept (model_runner.h). With speculation on, a request still
+ * running gets its next drafts. Returns the tokens kept. */
+static int32_t take_tokens(engine_t *e, request_t *r, const sample_result_t *rows, double now, bool suppress_eos) {
+    int32_t k = r->n_spec, sampled[SPEC_MAX_TOKENS + 1];
+    for (int32_t j = 0; j <= k; j++) sampled[j] = rows[j].token;
+    int32_t a = spec_n_accepted(r->tokens + r->n_tokens, k, sampled);
+    r->n_spec = 0;
+    r->n_computed -= k - a;
+    if (k > 0) spec_stats_observe(&e->spec_stats, k, a);
+    bool draws = sampling_draws(&r->params);
+    for (int32_t j = 0; j <= a; j++) {
+        if (draws) rng_uniform(&r->rng);
+        if (update_with_token(e, r, &rows[j], now, suppress_eos, j == 0)) return j + 1;
+    }
+    const spec_config_t *sc = &e->cfg.spec;
+    if (sc->on) {
+        int32_t drafts[SPEC_MAX_TOKENS];
+        int32_t n = spec_ngram_propose(r->tokens, r->n_tokens, sc->prompt_lookup_min, sc->prompt_lookup_max,
+                                       sc->num_speculative_tokens, e->cfg.sched.max_model_len, drafts);
+        request_set_drafts(r, drafts, n);
+    }
+    return a + 1;
 }
 
 /* Once per step: the snapshot engine_get_stats returns (under the engine's
@@ -184,6 +223,12 @@ void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
         .d_queries = px.queries - e->seen_prefix.queries,
         .d_hits = px.hits - e->seen_prefix.hits,
     };
+    spec_stats_t d_spec;
+    if (e->cfg.spec.on) {
+        spec_stats_diff(&d_spec, &e->spec_stats, &e->seen_spec);
+        e->seen_spec = e->spec_stats;
+        m.d_spec = &d_spec;
+    }
     hit_window_observe(&e->hit_window, px.lookups - e->seen_prefix.lookups, m.d_queries, m.d_hits);
     m.prefix_hit_rate = hit_window_rate(&e->hit_window);
     e->seen_preemptions = n_preemptions;
@@ -204,6 +249,8 @@ void engine_publish_stats(engine_t *e, int64_t steps, int64_t n_prompt_done, int
     st->n_generation_tokens_total += n_gen;
     st->forward_s_total += e->step_forward_s;
     st->allreduce_s_total += e->step_allreduce_s;
+    st->spec = e->spec_stats;
+    st->spec_k = e->cfg.spec.on ? e->cfg.spec.num_speculative_tokens : 0;
     pthread_mutex_unlock(&e->mu);
     m.d_allreduce_s = e->step_allreduce_s;
     e->step_forward_s = e->step_allreduce_s = 0.0;
@@ -297,10 +344,12 @@ bool engine_step(engine_t *e) {
     }
     /* Sample every sequence whose known tokens are all computed after this
      * step (a partial prefill chunk gets no token). */
-    int32_t n_rows = 0;
+    int32_t n_rows = 0, n_sampled = 0;
     for (int32_t s = 0; s < so->n; s++) {
         request_t *r = so->reqs[s];
-        if (r->n_computed + so->n_new[s] == r->n_tokens) e->sampled[n_rows++] = r;
+        if (r->n_computed + so->n_new[s] < r->n_tokens) continue;
+        e->sampled[n_sampled++] = r;
+        n_rows += 1 + r->n_spec; /* the drafts it verifies (sched_step trimmed them to those computed) */
     }
     if (__builtin_expect(faults != 0, 0) && (faults & FAULT_BIT(FAULT_STEP_DELAY))) {
         int32_t ms = atomic_load_explicit(&e->cfg.faults->step_delay_ms, memory_order_relaxed);
@@ -325,7 +374,7 @@ bool engine_step(engine_t *e) {
         lab_allreduce_delay(e, faults);
     char fail_msg[SL_ERR_LEN];
     double t_forward = sl_now_s();
-    int failed = runner_execute(&e->runner, so, e->sampled, n_rows, noisy, e->results, fail_msg, sizeof fail_msg);
+    int failed = runner_execute(&e->runner, so, e->sampled, n_sampled, noisy, e->results, fail_msg, sizeof fail_msg);
     double done = sl_now_s();
     e->step_forward_s = done - t_forward;
     e->step_allreduce_s = llama_take_allreduce_s(&e->model);
@@ -336,17 +385,19 @@ bool engine_step(engine_t *e) {
     bool tracing = trace_on(e->trace);
     if (__builtin_expect(tracing || e->lab_snap.on, 0)) { /* the lab's views, off by default */
         step_mix_t mix = step_mix(so);
-        if (tracing) trace_step(e->trace, so, mix, n_rows, now, done, e->step_forward_s);
+        if (tracing) trace_step(e->trace, so, mix, n_sampled, now, done, e->step_forward_s);
         e->lab_snap.step = mix;
     }
     for (int32_t s = 0; s < so->n; s++) so->reqs[s]->n_computed += so->n_new[s];
 
     int64_t n_gen = 0, n_prompt_done = 0;
-    for (int32_t i = 0; i < n_rows; i++) {
+    const sample_result_t *rows = e->results;
+    for (int32_t i = 0; i < n_sampled; i++) {
         request_t *r = e->sampled[i];
+        int32_t r_rows = 1 + r->n_spec;
         if (request_n_output(r) == 0) n_prompt_done += r->n_prompt; /* counted once, as vLLM */
-        update_with_token(e, r, &e->results[i], done, suppress_eos);
-        n_gen++;
+        n_gen += take_tokens(e, r, rows, done, suppress_eos);
+        rows += r_rows;
     }
 
     engine_publish_stats(e, 1, n_prompt_done, n_gen);

@@ -10,6 +10,8 @@
  * admitted requests. `Preemptions: N` (the interval's) follows Waiting when N
  * is not 0, as vLLM 0.11 prints it. The line is INFO, or DEBUG when this and
  * the previous interval both had zero throughput (an idle server stays quiet).
+ * With speculative decoding, vLLM's "SpecDecoding metrics: ..." line
+ * (spec_decode.h) follows it for every interval that verified a draft.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include <time.h>
 
 #include "servelab/engine.h"
+#include "servelab/spec_decode.h"
 #include "servelab/stats_log.h"
 
 struct stats_logger {
@@ -48,6 +51,13 @@ void stats_logger_tick(stats_logger_t *l) {
            "Running: %d reqs, Waiting: %d reqs, %sGPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
            0, prompt_tps, gen_tps, s.n_running, s.n_waiting, preempt, s.kv_usage * 100.0,
            s.prefix_hit_rate * 100.0);
+    /* With --speculative-config, vLLM's SpecDecodingLogging line follows at
+     * the same level, when the interval verified any draft. */
+    spec_stats_t d;
+    spec_stats_diff(&d, &s.spec, &l->last.spec);
+    char spec[512];
+    if (s.spec_k > 0 && spec_stats_format(&d, s.spec_k, dt, spec, sizeof spec))
+        sl_log(level, __FILE__, __LINE__, "%s", spec);
     l->last = s;
     l->last_t = now;
     l->last_prompt_tps = prompt_tps;

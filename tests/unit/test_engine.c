@@ -4,7 +4,8 @@
  * Invariance: a request's tokens, greedy or seeded sampling, are identical
  * alone; among 50 others of mixed lengths; with prefix caching on and off;
  * with token budgets 16, 64 and unlimited; with a KV pool so small that it is
- * preempted several times; with static batching. Then one test per named
+ * preempted several times; with static batching; with n-gram speculative
+ * decoding, alone and in each of those conditions. Then one test per named
  * edge case of the engine issue.
  * SERVELAB_TEST_DEVICE=cuda runs it all on the CUDA backend (fp32, CUDA
  * graphs for decode unless SERVELAB_TEST_EAGER=1): tools/gpu-check does, so
@@ -39,6 +40,7 @@ typedef struct {
 typedef struct {
     int32_t budget, num_blocks, max_seqs;
     bool no_prefix, no_chunked, static_batching;
+    int32_t spec_k; /* n-gram speculative decoding with K drafts (prompt lookup 1..3); 0: off */
 } run_cfg_t;
 
 typedef struct {
@@ -71,6 +73,9 @@ static void rig_init(rig_t *g, const run_cfg_t *rc) {
                                .max_num_seqs = rc->max_seqs ? rc->max_seqs : (budget < 256 ? budget : 256),
                                .enable_chunked_prefill = !rc->no_chunked, .static_batching = rc->static_batching};
     c.max_num_batched_tokens_set = true;
+    if (rc->spec_k)
+        c.spec = (spec_config_t){.on = true, .num_speculative_tokens = rc->spec_k, .prompt_lookup_min = 1,
+                                 .prompt_lookup_max = 3};
     if (on_cuda) {
         c.load.dtype_auto = false;
         c.load.dtype = DTYPE_F32;
@@ -164,19 +169,38 @@ static void check_invariance(bool sampled) {
         {"budget unlimited", {.budget = 8192, .no_chunked = true}, 51},
         {"tiny KV pool", {.num_blocks = 12}, 51},
         {"static batching", {.static_batching = true, .max_seqs = 8}, 51},
+        {"ngram K=4 alone", {.spec_k = 4}, 1},
+        {"ngram K=4 batched", {.spec_k = 4}, 51},
+        {"ngram K=2 budget 16", {.spec_k = 2, .budget = 16}, 51},
+        {"ngram K=4 no prefix", {.spec_k = 4, .no_prefix = true}, 51},
+        {"ngram K=4 tiny pool", {.spec_k = 4, .num_blocks = 12}, 51},
     };
+    spec_stats_t spec_all = {0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         engine_stats_t st;
         run(&cases[c].cfg, specs, cases[c].n, res, &st);
         bool ok = same_tokens(&alone_res, &res[0]);
-        printf("  %-20s tokens %s (%lld steps, %lld preemptions, prefix hits %lld/%lld tokens)\n",
+        printf("  %-20s tokens %s (%lld steps, %lld preemptions, prefix hits %lld/%lld tokens",
                cases[c].name, ok ? "identical" : "DIFFER", (long long)st.n_steps,
                (long long)st.n_preemptions, (long long)st.prefix_hits, (long long)st.prefix_queries);
+        if (cases[c].cfg.spec_k)
+            printf(", %lld drafts, %lld/%lld draft tokens accepted", (long long)st.spec.n_drafts,
+                   (long long)st.spec.n_accepted, (long long)st.spec.n_draft_tokens);
+        printf(")\n");
         CHECK(ok);
+        if (cases[c].cfg.spec_k) {
+            CHECK(st.spec.n_drafts > 0);
+            spec_all.n_accepted += st.spec.n_accepted;
+            spec_all.n_draft_tokens += st.spec.n_draft_tokens;
+        } else {
+            CHECK_EQ_INT(st.spec.n_drafts, 0);
+        }
         if (cases[c].cfg.num_blocks) CHECK(st.n_preemptions >= 3);
         if (cases[c].cfg.no_prefix) CHECK_EQ_INT(st.prefix_hits, 0);
-        else if (!cases[c].cfg.num_blocks) CHECK(st.prefix_hits > 0);
+        else if (!cases[c].cfg.num_blocks && cases[c].n > 1) CHECK(st.prefix_hits > 0);
     }
+    /* Both outcomes of verification happened: drafts kept and drafts dropped. */
+    CHECK(spec_all.n_accepted > 0 && spec_all.n_accepted < spec_all.n_draft_tokens);
 }
 
 static void test_greedy_tokens_do_not_depend_on_the_batch(void) { check_invariance(false); }
