@@ -364,6 +364,52 @@ static void test_request_at_max_model_len_minus_one_gets_no_tokens(void) {
     fx_free(&f);
 }
 
+/* Speculative drafts (request_t n_spec) are tokens like any other for the
+ * budget and the blocks; the budget cuts them before real tokens, only real
+ * tokens are hashed into the prefix cache, and a preempted request drops them. */
+static void test_drafts_take_budget_and_blocks_but_are_never_hashed(void) {
+    fixture_t f;
+    fx_init(&f, 16, true, config(6, 8, true));
+    request_t *b = fx_add(&f, 'B', 2);
+    request_t *a = fx_add(&f, 'A', 4);
+    /* 1: both prompts (6 = the budget). B has 3 tokens, A 5. */
+    STEP(&f, "B:2 A:4");
+    int32_t drafts[] = {GEN_TOKEN, GEN_TOKEN, GEN_TOKEN, GEN_TOKEN};
+    request_set_drafts(b, drafts, 4);
+    request_set_drafts(a, drafts, 3);
+    /* 2: B, oldest, computes its last token and 4 drafts (5); A gets the 1
+     *    token left: its last one, no draft (they are dropped). */
+    const sched_output_t *so = SCHED(&f, "B:5 A:1");
+    CHECK_EQ_INT(sched_n_drafts(b, so->n_new[0]), 4);
+    CHECK_EQ_INT(b->n_spec, 4);
+    CHECK_EQ_INT(sched_n_drafts(a, so->n_new[1]), 0);
+    CHECK_EQ_INT(a->n_spec, 0);
+    /* B's 7 tokens take 2 blocks, but only its 3 real ones count for the
+     *    cache: no full block of them, nothing hashed. */
+    CHECK_EQ_INT(b->blocks.n, 2);
+    CHECK_EQ_INT(b->blocks.n_hashed, 0);
+    fx_free(&f);
+}
+
+static void test_preempted_request_drops_its_drafts(void) {
+    fixture_t f;
+    fx_init(&f, 4, false, config(16, 8, true)); /* 3 usable blocks */
+    request_t *a = fx_add(&f, 'A', 4);
+    request_t *b = fx_add(&f, 'B', 4);
+    /* 1: both prompts, a block each; 5 tokens each, one block free. */
+    STEP(&f, "A:4 B:4");
+    int32_t drafts[] = {GEN_TOKEN, GEN_TOKEN, GEN_TOKEN};
+    request_set_drafts(b, drafts, 3);
+    /* 2: A's 5th token takes the free block; B's token and 3 drafts need 2
+     *    more blocks: B, the newest, is preempted, and forgets its drafts. */
+    const sched_output_t *so = SCHED(&f, "A:1");
+    CHECK_EQ_INT(so->n_preempted, 1);
+    CHECK(so->last_preempted == b && b->status == REQ_WAITING);
+    CHECK_EQ_INT(b->n_spec, 0);
+    CHECK(a->status == REQ_RUNNING);
+    fx_free(&f);
+}
+
 int main(void) {
     RUN(test_running_first_then_waiting_in_arrival_order);
     RUN(test_chunked_prefill_cuts_prompt_to_remaining_budget);
@@ -376,5 +422,7 @@ int main(void) {
     RUN(test_fully_cached_prompt_still_computes_its_last_token);
     RUN(test_static_batching_admits_nothing_while_the_batch_decodes);
     RUN(test_request_at_max_model_len_minus_one_gets_no_tokens);
+    RUN(test_drafts_take_budget_and_blocks_but_are_never_hashed);
+    RUN(test_preempted_request_drops_its_drafts);
     return test_summary();
 }
