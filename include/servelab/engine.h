@@ -75,6 +75,9 @@ void engine_config_default(engine_config_t *c);
 typedef struct engine_output {
     int32_t index;                  /* choice index (n > 1) */
     int32_t n_new;                  /* new tokens in this event (0 or 1) */
+    bool more_this_step;            /* another token of this choice, kept by the same engine step
+                                     * (speculative decoding), follows at once: streams send them
+                                     * together, as vLLM sends a step's tokens in one chunk */
     int32_t token;                  /* the new token, if n_new */
     sample_result_t logprobs;       /* when the request asked for logprobs */
     char *text;                     /* new text, complete UTF-8 (may be "") */

@@ -125,9 +125,10 @@ static bool is_in(const int32_t *ids, int32_t n, int32_t id) {
  * suppress_eos (lab): EOS and stop_token_ids do not end r; each one that
  * would have counts. first_of_step: the step's first token for r; a step
  * that keeps several (speculative decoding) observes one inter-token
- * latency for them, as vLLM's iteration stats do. */
+ * latency for them, as vLLM's iteration stats do; more_this_step: another
+ * of them follows (engine_output_t). */
 static bool update_with_token(engine_t *e, request_t *r, const sample_result_t *res, double now, bool suppress_eos,
-                              bool first_of_step) {
+                              bool first_of_step, bool more_this_step) {
     const model_config_t *mc = &e->model.cfg;
     const sampling_params_t *p = &r->params;
     request_append(r, res->token);
@@ -170,6 +171,7 @@ static bool update_with_token(engine_t *e, request_t *r, const sample_result_t *
     engine_output_t *o = new_output(r, detok_text(&r->detok) + from, to - from);
     o->n_new = 1;
     o->token = res->token;
+    o->more_this_step = more_this_step && fin == FINISH_NONE;
     if (p->logprobs >= 0) o->logprobs = *res;
     if (fin == FINISH_NONE) {
         engine_post(r->stream, o, false);
@@ -196,7 +198,7 @@ static int32_t take_tokens(engine_t *e, request_t *r, const sample_result_t *row
     bool draws = sampling_draws(&r->params);
     for (int32_t j = 0; j <= a; j++) {
         if (draws) rng_uniform(&r->rng);
-        if (update_with_token(e, r, &rows[j], now, suppress_eos, j == 0)) return j + 1;
+        if (update_with_token(e, r, &rows[j], now, suppress_eos, j == 0, j < a)) return j + 1;
     }
     const spec_config_t *sc = &e->cfg.spec;
     if (sc->on) {

@@ -7,7 +7,10 @@
  * earlier (clients time TTFT on it). Events that carry nothing (no text, no
  * token, nothing sent yet for the choice) are skipped, as vLLM skips them.
  * The lab's stream_coalesce buffers a choice's events and sends them as one
- * event with the texts concatenated (oai_stream_set_coalesce).
+ * event with the texts concatenated (oai_stream_set_coalesce). The tokens
+ * one engine step keeps for a choice (speculative decoding: engine_output_t
+ * more_this_step) go out as one event too, with a logprobs entry each, as
+ * vLLM sends a step's tokens: a client times one inter-token gap per step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +22,14 @@ typedef struct {
     int32_t n_tokens;    /* tokens sent so far */
     bool echoed;         /* completions: the prompt went out with the first event */
     bool finished;
-    /* stream_coalesce: events buffered for this choice, not yet sent. */
+    /* Events buffered for this choice, not yet sent (stream_coalesce, or the
+     * rest of an engine step's tokens still to come). */
     oai_sb_t held_text;  /* their texts, concatenated */
     int32_t held_events, held_tokens;
     int32_t held_prompt; /* the prompt they belong to */
     engine_output_t held_last; /* the latest one (text unset): token, finish, stop */
+    sample_result_t *held_lp; /* (held_tokens) each held token's logprobs, token set */
+    int32_t cap_held_lp;
 } stream_choice_t;
 
 struct oai_stream {
@@ -51,7 +57,10 @@ oai_stream_t *oai_stream_new(const oai_ctx_t *ctx, const oai_request_t *req, con
 
 void oai_stream_free(oai_stream_t *s) {
     if (!s) return;
-    for (int32_t i = 0; i < s->n_choices; i++) free(s->ch[i].held_text.buf);
+    for (int32_t i = 0; i < s->n_choices; i++) {
+        free(s->ch[i].held_text.buf);
+        free(s->ch[i].held_lp);
+    }
     free(s->id);
     free(s->ch);
     free(s);
@@ -96,7 +105,9 @@ static void chat_role_events(oai_stream_t *s, oai_chunks_t *out) {
     }
 }
 
-static void chat_event(oai_stream_t *s, int32_t i, const engine_output_t *o, oai_chunks_t *out) {
+/* lp[0 .. n_lp): the logprobs of the event's tokens (token set), one entry each. */
+static void chat_event(oai_stream_t *s, int32_t i, const engine_output_t *o, const sample_result_t *lp, int32_t n_lp,
+                       oai_chunks_t *out) {
     const oai_request_t *r = s->req;
     oai_sb_t b = {0};
     oai_response_head(&b, s->ctx, s->id, "chat.completion.chunk", s->created);
@@ -105,10 +116,9 @@ static void chat_event(oai_stream_t *s, int32_t i, const engine_output_t *o, oai
     sb_puts(&b, "},\"logprobs\":");
     if (r->chat_logprobs) {
         sb_puts(&b, "{\"content\":[");
-        if (o->n_new > 0) {
-            sample_result_t lp = o->logprobs;
-            lp.token = o->token;
-            oai_chat_logprob_entry(&b, s->ctx, r, &lp);
+        for (int32_t k = 0; k < n_lp; k++) {
+            if (k) sb_puts(&b, ",");
+            oai_chat_logprob_entry(&b, s->ctx, r, &lp[k]);
         }
         sb_puts(&b, "]}");
     } else {
@@ -131,7 +141,7 @@ static void chat_event(oai_stream_t *s, int32_t i, const engine_output_t *o, oai
 }
 
 static void completion_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o,
-                             oai_chunks_t *out) {
+                             const sample_result_t *lp, int32_t n_lp, oai_chunks_t *out) {
     const oai_request_t *r = s->req;
     stream_choice_t *c = &s->ch[i];
     const oai_prompt_t *p = &r->prompts[prompt_idx];
@@ -146,9 +156,7 @@ static void completion_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, con
     sb_json_str(&b, text.buf ? text.buf : "", text.len);
     sb_puts(&b, ",\"logprobs\":");
     if (r->params.logprobs >= 0) {
-        sample_result_t lp = o->logprobs;
-        lp.token = o->token;
-        oai_completion_logprobs(&b, s->ctx, r, &lp, o->n_new > 0 ? 1 : 0, c->text_chars);
+        oai_completion_logprobs(&b, s->ctx, r, lp, n_lp, c->text_chars);
     } else {
         sb_puts(&b, "null");
     }
@@ -166,17 +174,18 @@ static void completion_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, con
     push(out, &b);
 }
 
-static void emit(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o, oai_chunks_t *out) {
+static void emit(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o, const sample_result_t *lp,
+                 int32_t n_lp, oai_chunks_t *out) {
     if (s->req->kind == OAI_CHAT) {
         s->ch[i].n_tokens += o->n_new;
-        chat_event(s, i, o, out);
+        chat_event(s, i, o, lp, n_lp, out);
     } else {
-        completion_event(s, prompt_idx, i, o, out);
+        completion_event(s, prompt_idx, i, o, lp, n_lp, out);
     }
 }
 
 /* Sends choice i's buffered events as one: the latest event's token, finish
- * and stop, with every buffered text and token. */
+ * and stop, with every buffered text, token and logprobs entry. */
 static void flush_choice(oai_stream_t *s, int32_t i, oai_chunks_t *out) {
     stream_choice_t *c = &s->ch[i];
     if (c->held_events == 0) return;
@@ -184,25 +193,36 @@ static void flush_choice(oai_stream_t *s, int32_t i, oai_chunks_t *out) {
     o.text = c->held_text.buf ? c->held_text.buf : "";
     o.text_len = c->held_text.len;
     o.n_new = c->held_tokens;
-    s->n_coalesced += c->held_events - 1;
+    if (s->coalesce) s->n_coalesced += c->held_events - 1; /* the lab's merges, not a step's */
+    int32_t n_lp = c->held_tokens;
     c->held_events = c->held_tokens = 0;
-    emit(s, c->held_prompt, i, &o, out);
+    emit(s, c->held_prompt, i, &o, c->held_lp, n_lp, out);
     c->held_text.len = 0;
 }
 
-/* stream_coalesce: buffers o; sends the buffer once it holds `coalesce`
- * tokens or o finishes the choice. */
-static void coalesce_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o,
-                           oai_chunks_t *out) {
+/* Buffers o for choice i; sends the buffer once it is complete: with
+ * stream_coalesce, at `coalesce` tokens; otherwise at the step's last token
+ * (o->more_this_step unset); always when o finishes the choice. */
+static void hold_event(oai_stream_t *s, int32_t prompt_idx, int32_t i, const engine_output_t *o,
+                       oai_chunks_t *out) {
     stream_choice_t *c = &s->ch[i];
     sb_put(&c->held_text, o->text ? o->text : "", o->text ? o->text_len : 0);
+    if (o->n_new > 0) {
+        if (c->held_tokens == c->cap_held_lp) {
+            c->cap_held_lp = c->cap_held_lp ? 2 * c->cap_held_lp : 8;
+            c->held_lp = sl_realloc(c->held_lp, (size_t)c->cap_held_lp * sizeof *c->held_lp);
+        }
+        c->held_lp[c->held_tokens] = o->logprobs;
+        c->held_lp[c->held_tokens].token = o->token;
+    }
     c->held_last = *o;
     c->held_last.text = NULL;
     c->held_last.next = NULL;
     c->held_prompt = prompt_idx;
     c->held_events++;
     c->held_tokens += o->n_new;
-    if (c->held_tokens >= s->coalesce || o->finish != FINISH_NONE) flush_choice(s, i, out);
+    bool complete = s->coalesce ? c->held_tokens >= s->coalesce : !o->more_this_step;
+    if (complete || o->finish != FINISH_NONE) flush_choice(s, i, out);
 }
 
 int oai_stream_event(oai_stream_t *s, int32_t prompt_idx, const engine_output_t *o, oai_chunks_t *out) {
@@ -220,8 +240,13 @@ int oai_stream_event(oai_stream_t *s, int32_t prompt_idx, const engine_output_t 
     /* nothing to say yet (a choice with buffered events has said something) */
     if (!has_text && o->n_new == 0 && c->n_tokens == 0 && c->held_events == 0) return out->n - before;
     if (o->finish != FINISH_NONE) c->finished = true;
-    if (s->coalesce) coalesce_event(s, prompt_idx, i, o, out);
-    else emit(s, prompt_idx, i, o, out);
+    if (s->coalesce || o->more_this_step || c->held_events > 0) {
+        hold_event(s, prompt_idx, i, o, out);
+    } else {
+        sample_result_t lp = o->logprobs;
+        lp.token = o->token;
+        emit(s, prompt_idx, i, o, &lp, o->n_new > 0 ? 1 : 0, out);
+    }
     return out->n - before;
 }
 

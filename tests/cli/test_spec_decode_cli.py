@@ -4,7 +4,8 @@
 
 - bad configs exit 2 with one line naming the problem;
 - greedy: the same text, token ids and logprobs with and without speculation (chat, streamed
-  and not; completions);
+  and not; completions); streamed, the tokens one step keeps arrive in one chunk (as vLLM sends
+  them), with a logprobs entry each;
 - the counters, exactly: for each greedy request, the drafts, draft tokens and accepted tokens per
   position that vLLM's rule gives, replayed here on the request's own tokens with a Python port of
   vLLM's NgramProposer (KMP on the reversed context, not the server's algorithm), equal the
@@ -275,6 +276,21 @@ def main():
                   all(a <= p <= b for a, p, b in zip(pos_lo, per_pos, pos_hi)), (got, per_pos, pos_lo, pos_hi))
             if i == 0:
                 check(f"prompt 0 (repetitive): most drafts accepted ({got[2]:.0f}/{got[1]:.0f})", got[2] > got[1] / 2)
+
+        # A streamed chat with logprobs: a step's tokens arrive in one chunk, with an entry each.
+        seen = []
+        for s in (plain, spec):
+            chunks = list(s.client.chat.completions.create(
+                model=s.model, messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=48, temperature=0,
+                stream=True, logprobs=True, top_logprobs=2, stream_options={"include_usage": True}))
+            entries = [e.token for c in chunks if c.choices and c.choices[0].logprobs
+                       for e in c.choices[0].logprobs.content]
+            n_chunks = sum(1 for c in chunks if c.choices and c.choices[0].logprobs and c.choices[0].logprobs.content)
+            seen.append((entries, n_chunks, chunks[-1].usage.completion_tokens))
+        (e0, c0, n0), (e1, c1, n1) = seen
+        check(f"streamed chat with logprobs: the same {n1} entries; {c0} chunks without speculation, {c1} with "
+              f"(a step's tokens in one chunk)", e0 == e1 and len(e1) == n1 == n0 and c0 == n0 and c1 < n1 / 2,
+              (len(e0), len(e1), c0, c1, n0, n1))
 
         # Chat through the openai client, streamed and not.
         for stream in (False, True):
