@@ -113,6 +113,11 @@ cJSON *diag_rules(const diag_measures_t *m, const diag_measures_t *base, cJSON *
  * Takes ownership of nothing. */
 cJSON *diag_report(const diag_measures_t *m, const diag_measures_t *base);
 
+/* Whether id is a cause the rules can name, or "healthy". */
+bool diag_is_cause(const char *id);
+/* The index of measure `name` (diag_measure_names), or -1. */
+int diag_measure_index(const char *name);
+
 /* Reads the "metrics" object of an earlier report into *m (missing or null
  * names stay NAN). 0, or -1 with err. */
 int diag_measures_from_json(const cJSON *report, diag_measures_t *m, char *err, size_t err_len);

@@ -9,6 +9,7 @@ int cli_render(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_diagnose(int argc, char **argv);
+int cli_scenario(int argc, char **argv);
 
 /* ---- argument helpers (args.c) ----------------------------------------------- */
 

@@ -7,6 +7,7 @@
  *   servelab render MODEL_DIR --messages JSON       chat template -> prompt text and ids
  *   servelab eval perplexity MODEL_DIR --text FILE  perplexity, sliding window (eval.c)
  *   servelab diagnose --url URL [--window 30s] ...  the playbooks' triage of a live server (diagnose.c)
+ *   servelab scenario list|show|run ...          the lab's incidents, reproduced and judged (scenario.c)
  *
  * Usage errors exit 2 with one line on stderr (as Python's argparse does for
  * vLLM); startup errors exit 1 with "servelab: error: ..." on stderr.
@@ -19,7 +20,7 @@
 #include "servelab/core.h"
 
 static const char *usage =
-    "usage: servelab {serve,generate,bench,render,eval,diagnose} ...\n"
+    "usage: servelab {serve,generate,bench,render,eval,diagnose,scenario} ...\n"
     "  serve MODEL_DIR [--host H] [--port 8000] [--api-key KEY] [engine flags]   (--help for all)\n"
     "  generate MODEL_DIR (--prompt TEXT ... | --prompts-file FILE.jsonl) [--max-tokens N]\n"
     "           [--temperature T] [--ignore-eos] [--json] [engine flags]\n"
@@ -30,6 +31,7 @@ static const char *usage =
     "  eval perplexity MODEL_DIR (--text FILE | --tokens FILE) [--max-model-len N] [--stride S]\n"
     "                  [engine flags]\n"
     "  diagnose (--url URL | --prometheus URL) [--window 30s] [--baseline FILE] [--json] [...]\n"
+    "  scenario list | show NAME | run (NAME ... | --all) [--remedy] [--json]\n"
     "  --version\n"
     "Run `servelab COMMAND --help` for a command's flags.\n";
 
@@ -54,7 +56,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return cli_eval(argc - 1, argv + 1);
     if (!strcmp(argv[1], "diagnose")) return cli_diagnose(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "scenario")) return cli_scenario(argc - 1, argv + 1);
     cli_usage_error(usage,
-                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render', 'eval', 'diagnose')",
+                    "argument command: invalid choice: '%s' (choose from 'serve', 'generate', 'bench', 'render', 'eval', 'diagnose', 'scenario')",
                     argv[1]);
 }

@@ -17,6 +17,14 @@
 
 /* ---- the config ---------------------------------------------------------------- */
 
+/* s for an error message: control characters as '?', at most 80 bytes. */
+static const char *shown(const char *s, char *buf, size_t cap) {
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap && n < 80; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    buf[n] = '\0';
+    return buf;
+}
+
 static bool is_ngram_name(const cJSON *v) {
     return cJSON_IsString(v) && (!strcmp(v->valuestring, "ngram") || !strcmp(v->valuestring, "[ngram]"));
 }
@@ -41,7 +49,7 @@ static int parse_object(spec_config_t *c, const cJSON *root, sl_err_t *err) {
         if (!ok)
             return sl_fail(err, "--speculative-config: unknown or unsupported key \"%s\" (servelab runs the ngram "
                                 "method, whose keys are method, num_speculative_tokens, prompt_lookup_max and "
-                                "prompt_lookup_min)", it->string);
+                                "prompt_lookup_min)", shown(it->string, (char[96]){0}, 96));
     }
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -49,7 +57,8 @@ static int parse_object(spec_config_t *c, const cJSON *root, sl_err_t *err) {
     if (method_given && !is_ngram_name(method))
         return sl_fail(err, "--speculative-config: method %s%s%s is not supported: servelab runs only the ngram "
                             "(prompt lookup) method, which needs no draft model",
-                       cJSON_IsString(method) ? "\"" : "", cJSON_IsString(method) ? method->valuestring : "(not a string)",
+                       cJSON_IsString(method) ? "\"" : "",
+                       cJSON_IsString(method) ? shown(method->valuestring, (char[96]){0}, 96) : "(not a string)",
                        cJSON_IsString(method) ? "\"" : "");
     if (model_given && !is_ngram_name(model))
         return sl_fail(err, "--speculative-config: a draft model is not supported: servelab runs only the ngram "
@@ -84,9 +93,10 @@ static int parse_object(spec_config_t *c, const cJSON *root, sl_err_t *err) {
 int spec_config_parse(spec_config_t *c, const char *json, sl_err_t *err) {
     memset(c, 0, sizeof *c);
     cJSON *root = cJSON_Parse(json);
-    if (!root) return sl_fail(err, "--speculative-config: not valid JSON: %s", json);
+    if (!root) return sl_fail(err, "--speculative-config: not valid JSON: %s", shown(json, (char[96]){0}, 96));
     int rc = cJSON_IsObject(root) ? parse_object(c, root, err)
-                                  : sl_fail(err, "--speculative-config: expected a JSON object, got %s", json);
+                                  : sl_fail(err, "--speculative-config: expected a JSON object, got %s",
+                                            shown(json, (char[96]){0}, 96));
     cJSON_Delete(root);
     if (rc) memset(c, 0, sizeof *c);
     return rc;

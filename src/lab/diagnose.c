@@ -642,6 +642,19 @@ cJSON *diag_rules(const diag_measures_t *m, const diag_measures_t *base, cJSON *
     return out;
 }
 
+bool diag_is_cause(const char *id) {
+    if (!strcmp(id, "healthy")) return true;
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (!strcmp(rules[i].id, id)) return true;
+    return false;
+}
+
+int diag_measure_index(const char *name) {
+    for (int i = 0; i < DIAG_N_MEASURES; i++)
+        if (!strcmp(diag_measure_names[i], name)) return i;
+    return -1;
+}
+
 static cJSON *measures_json(const diag_measures_t *m) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; i < DIAG_N_MEASURES; i++)

@@ -1,0 +1,48 @@
+/* scenario.h - a lab scenario: one playbook incident, reproduced, diagnosed and remedied.
+ *
+ * A scenario file (lab/scenarios/NAME.json, docs/lab.md "Scenarios") names the seed and
+ * section it reproduces, the model, three setups of the server and its load (the healthy
+ * baseline, the incident, the remedy), the symptom an operator sees (a `servelab diagnose`
+ * measure and its direction against the baseline, and where to look), and the cause the
+ * diagnoser must name. The incident and the remedy inherit each part they leave out (server
+ * flags, faults, load flags) from the baseline. Real settings come first; a fault only where no
+ * setting can do it (`imitation` then says what is imitated). Parsing is pure; running is
+ * `servelab scenario` (src/cli/scenario.c).
+ */
+#ifndef SERVELAB_SCENARIO_H
+#define SERVELAB_SCENARIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    char **v;
+    int n;
+} scn_args_t;
+
+typedef struct {
+    scn_args_t server;  /* `servelab serve MODEL` flags */
+    scn_args_t faults;  /* --fault specs, NAME[:key=value,...] */
+    scn_args_t load;    /* `servelab bench serve` flags (base URL and model are the runner's) */
+} scn_setup_t;
+
+typedef struct {
+    char *name;         /* the file's name without .json */
+    char *title, *seed, *section, *quote;
+    char *model;        /* MODEL_DIR */
+    char *imitation;    /* NULL, or what a fault stands in for (a GPU, a network) */
+    scn_setup_t baseline, incident, remedy;
+    char *remedy_text;  /* the playbook's remedy, in words; NULL: none (the healthy baseline only) */
+    char *expect;       /* the cause `servelab diagnose` must name (diagnose.h) */
+    char *measure;      /* the symptom: a diagnose measure (diag_measure_names); NULL: none (healthy) */
+    int direction;      /* +1: it rises in the incident, -1: it falls */
+    char *where;        /* where an operator sees it (a series, a log line) */
+    double window_s, settle_s; /* diagnose's window; load before it starts */
+} scenario_t;
+
+/* Parses a scenario document (JSON, len bytes) named `name`. 0, or -1 with
+ * one line in err (the field and what is wrong); *s is then empty. */
+int scenario_parse(const char *json, size_t len, const char *name, scenario_t *s, char *err, size_t err_len);
+void scenario_free(scenario_t *s);
+
+#endif

@@ -1,0 +1,651 @@
+/* scenario.c - `servelab scenario`: the lab's incidents, reproduced, diagnosed and remedied.
+ *
+ *   servelab scenario list [--dir DIR]
+ *   servelab scenario show NAME [--dir DIR]
+ *   servelab scenario run (NAME... | --all) [--remedy] [--json] [--dir DIR]
+ *
+ * A run of one scenario (src/lab/scenario.c has the file format) is up to three phases: the
+ * healthy baseline, the incident, and with --remedy the remedy. Each phase starts this binary's
+ * `serve` with the phase's flags and faults on a free loopback port (its log in a temporary
+ * directory), loads it with `bench serve` run after run, waits settle_s, then runs `diagnose
+ * --json` over window_s (with the baseline's report as --baseline, and the log as --log), and
+ * stops both. The incident matches when the diagnoser names the expected cause and the symptom
+ * measure moved in its direction from the baseline; the remedy helps when the cause is gone and
+ * the measure moved back. The verdicts compare each run with its own baseline, never with a
+ * fixed timing, so a slower machine does not flip them. Processes, not threads: each phase is
+ * exactly what a user would run by hand (docs/lab.md shows the commands).
+ *
+ * Exit status: 0 when every scenario matched (and every remedy helped, with --remedy), 1 when
+ * one did not or a phase failed, 2 on bad usage or a bad scenario file.
+ */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "servelab/core.h"
+#include "servelab/diagnose.h"
+#include "servelab/scenario.h"
+
+extern char **environ;
+
+static const char *scn_usage = "usage: servelab scenario list [--dir DIR]\n"
+                               "       servelab scenario show NAME [--dir DIR]\n"
+                               "       servelab scenario run (NAME ... | --all) [--remedy] [--json] [--dir DIR]\n";
+
+#define SCN_DEFAULT_DIR "lab/scenarios"
+
+/* ---- scenario files --------------------------------------------------------------- */
+
+static int load_one(const char *dir, const char *name, scenario_t *s) {
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    size_t len;
+    sl_err_t rerr;
+    char *text = sl_read_file(path, 1 << 20, &len, &rerr);
+    if (!text) {
+        fprintf(stderr, "servelab: error: scenario '%s': %s (servelab scenario list shows the names)\n", name,
+                rerr.msg);
+        return -1;
+    }
+    int rc = scenario_parse(text, len, name, s, err, sizeof err);
+    free(text);
+    if (rc) fprintf(stderr, "servelab: error: %s: %s\n", path, err);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The scenario names in dir (its *.json files), sorted; NULL when it cannot be read. */
+static char **list_names(const char *dir, int *n) {
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **names = NULL;
+    int cap = 0;
+    *n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".json") || e->d_name[0] == '.') continue;
+        if (*n == cap) names = sl_realloc(names, (size_t)(cap = cap ? 2 * cap : 32) * sizeof *names);
+        names[*n] = sl_strdup(e->d_name);
+        names[(*n)++][len - 5] = '\0';
+    }
+    closedir(d);
+    qsort(names, (size_t)*n, sizeof *names, cmp_str);
+    return names;
+}
+
+static void free_names(char **names, int n) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+static void print_args(FILE *f, const char *lead, const scn_args_t *a) {
+    fputs(lead, f);
+    for (int i = 0; i < a->n; i++) fprintf(f, " %s", a->v[i]);
+}
+
+static void print_setup(FILE *f, const char *what, const char *model, const scn_setup_t *s) {
+    fprintf(f, "  %-9s servelab serve %s", what, model);
+    print_args(f, "", &s->server);
+    for (int i = 0; i < s->faults.n; i++) fprintf(f, " --fault %s", s->faults.v[i]);
+    print_args(f, "\n            load: servelab bench serve", &s->load);
+    fputc('\n', f);
+}
+
+static void show(const scenario_t *s) {
+    printf("%s: %s\n  seed %s, %s: \"%s\"\n", s->name, s->title, s->seed, s->section, s->quote);
+    if (s->imitation) printf("  imitation: %s\n", s->imitation);
+    print_setup(stdout, "baseline", s->model, &s->baseline);
+    print_setup(stdout, "incident", s->model, &s->incident);
+    if (s->remedy_text) print_setup(stdout, "remedy", s->model, &s->remedy);
+    if (s->measure) printf("  symptom:  %s %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down", s->where);
+    printf("  expected: servelab diagnose names %s\n", s->expect);
+    if (s->remedy_text) printf("  remedy:   %s\n", s->remedy_text);
+}
+
+/* ---- processes -------------------------------------------------------------------- */
+
+static char self_exe[4096];
+
+/* Starts argv with stdout and stderr into out_path (appended), stdin empty. -1 on failure. */
+static pid_t spawn(char *const argv[], const char *out_path) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc ? -1 : pid;
+}
+
+/* SIGTERM, then SIGKILL after timeout_s; reaps it. */
+static void stop_process(pid_t pid, double timeout_s) {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    double end = sl_now_s() + timeout_s;
+    while (sl_now_s() < end) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+typedef struct {
+    char *buf;
+    size_t len;
+} body_t;
+
+static size_t on_body(char *p, size_t size, size_t n, void *user) {
+    body_t *b = user;
+    if (b->len + size * n > (64u << 20)) return 0;
+    b->buf = sl_realloc(b->buf, b->len + size * n + 1);
+    memcpy(b->buf + b->len, p, size * n);
+    b->len += size * n;
+    b->buf[b->len] = '\0';
+    return size * n;
+}
+
+/* GET (post NULL) or POST a JSON body to base + path: the HTTP status (0 when
+ * unreachable), the body in *out when out is not NULL (the caller frees). */
+static long http(const char *base, const char *path, const char *post, const char *bearer, char **out) {
+    char url[256], auth[160];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    body_t b = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    if (post) {
+        h = curl_slist_append(h, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
+    }
+    if (bearer) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
+        h = curl_slist_append(h, auth);
+    }
+    if (h) curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    long status = 0;
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    if (out) *out = b.buf;
+    else free(b.buf);
+    return status;
+}
+
+static bool healthy(const char *base) { return http(base, "/health", NULL, NULL, NULL) == 200; }
+
+/* vllm:generation_tokens_total now (NAN when /metrics cannot be read). */
+static double generated(const char *base) {
+    char *text = NULL, err[128];
+    double v = NAN;
+    prom_snapshot_t snap = {0};
+    if (http(base, "/metrics", NULL, NULL, &text) == 200 && !prom_parse(text, strlen(text), &snap, err, sizeof err)) {
+        v = 0;
+        for (int i = 0; i < snap.n; i++)
+            if (!strcmp(snap.samples[i].name, "vllm:generation_tokens_total")) v += snap.samples[i].value;
+    }
+    prom_snapshot_free(&snap);
+    free(text);
+    return v;
+}
+
+/* A --fault spec (NAME[:key=value,...], checked when the file was parsed) as
+ * the admin API's body: each value as text, a value's comma-continued pieces
+ * joined (fault_parse_spec's rule). */
+static char *fault_body(const char *spec) {
+    cJSON *o = cJSON_CreateObject(), *params = cJSON_CreateObject();
+    const char *colon = strchr(spec, ':');
+    char *name = strndup(spec, colon ? (size_t)(colon - spec) : strlen(spec));
+    cJSON_AddStringToObject(o, "name", name);
+    free(name);
+    char *rest = sl_strdup(colon ? colon + 1 : ""), *key = NULL, value[512] = "";
+    for (char *save = NULL, *piece = strtok_r(rest, ",", &save);; piece = strtok_r(NULL, ",", &save)) {
+        char *eq = piece ? strchr(piece, '=') : NULL;
+        if ((!piece || eq) && key) cJSON_AddStringToObject(params, key, value);
+        if (!piece) break;
+        if (eq) {
+            *eq = '\0';
+            key = piece;
+            snprintf(value, sizeof value, "%s", eq + 1);
+        } else if (key) {
+            size_t at = strlen(value);
+            snprintf(value + at, sizeof value - at, ",%s", piece);
+        }
+    }
+    cJSON_AddItemToObject(o, "params", params);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    free(rest);
+    return body;
+}
+
+/* An argv under construction. */
+typedef struct {
+    char **v;
+    int n, cap;
+} argv_t;
+
+static void argv_add(argv_t *a, const char *s) {
+    if (a->n + 2 > a->cap) a->v = sl_realloc(a->v, (size_t)(a->cap = a->cap ? 2 * a->cap : 32) * sizeof *a->v);
+    a->v[a->n++] = sl_strdup(s);
+    a->v[a->n] = NULL;
+}
+
+static void argv_add_all(argv_t *a, const scn_args_t *s) {
+    for (int i = 0; i < s->n; i++) argv_add(a, s->v[i]);
+}
+
+static void argv_free(argv_t *a) {
+    for (int i = 0; i < a->n; i++) free(a->v[i]);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+/* `bench serve`, run after run, until stopped. */
+typedef struct {
+    argv_t argv;
+    const char *log;
+    pthread_mutex_t mu;
+    pid_t pid;
+    bool stop;
+    pthread_t thread;
+} load_t;
+
+static void *load_main(void *arg) {
+    load_t *l = arg;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        if (l->stop) {
+            pthread_mutex_unlock(&l->mu);
+            return NULL;
+        }
+        l->pid = spawn(l->argv.v, l->log);
+        pid_t pid = l->pid;
+        pthread_mutex_unlock(&l->mu);
+        if (pid < 0) return NULL;
+        waitpid(pid, NULL, 0);
+        pthread_mutex_lock(&l->mu);
+        l->pid = 0;
+        pthread_mutex_unlock(&l->mu);
+    }
+}
+
+static void load_stop(load_t *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    if (l->pid > 0) kill(l->pid, SIGTERM);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_mutex_destroy(&l->mu);
+    argv_free(&l->argv);
+}
+
+/* ---- one phase ------------------------------------------------------------------- */
+
+typedef struct {
+    bool ok;
+    char err[1024];
+    char *cause;          /* the diagnoser's top cause */
+    char ranked[512];     /* every cause that fired, most specific first */
+    diag_measures_t m;
+    char report_path[512];
+} phase_t;
+
+static void progress(const scenario_t *s, const char *phase, const char *what) {
+    fprintf(stderr, "scenario %s: %s: %s\n", s->name, phase, what);
+}
+
+static int read_report(phase_t *p) {
+    size_t len;
+    sl_err_t rerr;
+    char *text = sl_read_file(p->report_path, 64 << 20, &len, &rerr);
+    cJSON *r = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    const cJSON *cause = r ? cJSON_GetObjectItemCaseSensitive(r, "cause") : NULL;
+    char err[256];
+    if (!cJSON_IsString(cause) || diag_measures_from_json(r, &p->m, err, sizeof err)) {
+        cJSON_Delete(r);
+        snprintf(p->err, sizeof p->err, "diagnose wrote no report (%s)", p->report_path);
+        return -1;
+    }
+    p->cause = sl_strdup(cause->valuestring);
+    size_t at = 0;
+    const cJSON *ranked = cJSON_GetObjectItemCaseSensitive(r, "ranked");
+    for (const cJSON *it = ranked ? ranked->child : NULL; it && at < sizeof p->ranked; it = it->next) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "cause");
+        if (cJSON_IsString(c))
+            at += (size_t)snprintf(p->ranked + at, sizeof p->ranked - at, "%s%s", at ? ", " : "", c->valuestring);
+    }
+    cJSON_Delete(r);
+    return 0;
+}
+
+static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
+                      const char *baseline_report, phase_t *p) {
+    memset(p, 0, sizeof *p);
+    int port = free_port();
+    char base[64], port_s[16], log[512], load_log[512], window[32];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    /* tmp is short (mkdtemp's /tmp/servelab-scenario-XXXXXX) and names are file names. */
+    snprintf(log, sizeof log, "%s/%.64s-%s-serve.log", tmp, s->name, name);
+    snprintf(load_log, sizeof load_log, "%s/%.64s-%s-load.log", tmp, s->name, name);
+    snprintf(p->report_path, sizeof p->report_path, "%s/%.64s-%s-report.json", tmp, s->name, name);
+    snprintf(window, sizeof window, "%gs", s->window_s);
+
+    /* The lab's admin API is on in every phase (the same series in each); the
+     * faults are set through it once the load flows, so the incident happens
+     * under load, as a real one does, not before the clients start. */
+    char admin_key[40];
+    snprintf(admin_key, sizeof admin_key, "scenario-%d-%ld", (int)getpid(), (long)port);
+    argv_t srv = {0};
+    const char *head[] = {self_exe, "serve", s->model, "--host", "127.0.0.1", "--port", port_s,
+                          "--enable-fault-injection", "--admin-key", admin_key};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&srv, head[i]);
+    argv_add_all(&srv, &setup->server);
+    progress(s, name, "starting servelab serve");
+    pid_t server = port > 0 ? spawn(srv.v, log) : -1;
+    argv_free(&srv);
+    if (server < 0) {
+        snprintf(p->err, sizeof p->err, "could not start servelab serve");
+        return;
+    }
+    double deadline = sl_now_s() + 300;
+    bool up = false;
+    while (!up && sl_now_s() < deadline && waitpid(server, NULL, WNOHANG) == 0) {
+        up = healthy(base);
+        if (!up) usleep(100000);
+    }
+    if (!up) {
+        snprintf(p->err, sizeof p->err, "servelab serve did not become healthy (its log: %s)", log);
+        stop_process(server, 10);
+        return;
+    }
+
+    load_t load = {.log = load_log};
+    pthread_mutex_init(&load.mu, NULL);
+    const char *lhead[] = {self_exe, "bench", "serve", "--base-url", base, "--model", s->model};
+    for (size_t i = 0; i < sizeof lhead / sizeof lhead[0]; i++) argv_add(&load.argv, lhead[i]);
+    argv_add_all(&load.argv, &setup->load);
+    pthread_create(&load.thread, NULL, load_main, &load);
+    progress(s, name, "load started (bench serve); waiting for tokens");
+    double g0 = generated(base), flow_deadline = sl_now_s() + 120;
+    while (sl_now_s() < flow_deadline && !(generated(base) >= g0 + 32)) usleep(100000);
+    if (!(generated(base) >= g0 + 32)) {
+        snprintf(p->err, sizeof p->err, "the load produced no tokens in 120 s (its log: %s)", load_log);
+        load_stop(&load);
+        stop_process(server, 30);
+        return;
+    }
+    for (int i = 0; i < setup->faults.n; i++) {
+        char *body = fault_body(setup->faults.v[i]), *answer = NULL;
+        long st = http(base, "/admin/faults", body, admin_key, &answer);
+        free(body);
+        if (st != 200) {
+            snprintf(p->err, sizeof p->err, "setting fault %s failed (HTTP %ld): %.300s", setup->faults.v[i], st,
+                     answer ? answer : "");
+            free(answer);
+            load_stop(&load);
+            stop_process(server, 30);
+            return;
+        }
+        free(answer);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s%sdiagnose watches %gs after %gs", setup->faults.n ? "faults set; " : "",
+             "", s->window_s, s->settle_s);
+    progress(s, name, what);
+    struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+
+    argv_t dg = {0};
+    const char *dhead[] = {self_exe, "diagnose", "--url", base, "--window", window, "--interval", "0.5s", "--json",
+                           "--log", log};
+    for (size_t i = 0; i < sizeof dhead / sizeof dhead[0]; i++) argv_add(&dg, dhead[i]);
+    if (baseline_report) argv_add(&dg, "--baseline"), argv_add(&dg, baseline_report);
+    char diag_out[512];
+    snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
+    /* diagnose's stdout is the report; its stderr goes beside it. */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, p->report_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, diag_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t diag;
+    int status = 0;
+    bool ran = posix_spawn(&diag, self_exe, &fa, NULL, dg.v, environ) == 0 && waitpid(diag, &status, 0) == diag;
+    posix_spawn_file_actions_destroy(&fa);
+    argv_free(&dg);
+    load_stop(&load);
+    stop_process(server, 30);
+    int code = ran && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code != 0 && code != 3) {
+        snprintf(p->err, sizeof p->err, "servelab diagnose failed (exit %d; %s)", code, diag_out);
+        return;
+    }
+    if (read_report(p)) return;
+    p->ok = true;
+}
+
+/* ---- verdicts --------------------------------------------------------------------- */
+
+typedef struct {
+    phase_t base, incident, remedy;
+    bool ran_remedy, matched, moved, remedy_helped;
+} result_t;
+
+static double measure(const phase_t *p, const scenario_t *s) {
+    return s->measure && p->ok ? p->m.v[diag_measure_index(s->measure)] : NAN;
+}
+
+static void judge(const scenario_t *s, result_t *r) {
+    double b = measure(&r->base, s), i = measure(&r->incident, s);
+    r->moved = !s->measure || (isfinite(b) && isfinite(i) && (s->direction > 0 ? i > b : i < b));
+    r->matched = r->incident.ok && !strcmp(r->incident.cause, s->expect) && r->moved;
+    if (!r->ran_remedy) return;
+    double m = measure(&r->remedy, s);
+    bool back = !s->measure || (isfinite(m) && isfinite(i) && (s->direction > 0 ? m < i : m > i));
+    r->remedy_helped = r->remedy.ok && strcmp(r->remedy.cause, s->expect) && back;
+}
+
+static void print_phase(const scenario_t *s, const char *what, const phase_t *p) {
+    if (!p->ok) {
+        printf("  %-9s FAILED: %s\n", what, p->err);
+        return;
+    }
+    printf("  %-9s %-20s", what, p->cause);
+    if (s->measure) printf(" %s %.4g", s->measure, measure(p, s));
+    if (p->ranked[0] && strcmp(p->ranked, p->cause)) printf("  (fired: %s)", p->ranked);
+    printf("\n");
+}
+
+static void print_result(const scenario_t *s, const result_t *r) {
+    printf("== %s: %s (seed %s, %s)\n", s->name, s->title, s->seed, s->section);
+    if (s->imitation) printf("  imitation: %s\n", s->imitation);
+    print_phase(s, "baseline", &r->base);
+    print_phase(s, "incident", &r->incident);
+    if (r->ran_remedy) print_phase(s, "remedy", &r->remedy);
+    if (s->measure) printf("  symptom:  %s %s: %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down",
+                           r->moved ? "yes" : "NO", s->where);
+    printf("  expected: %s, found: %s: %s\n", s->expect, r->incident.ok ? r->incident.cause : "-",
+           r->matched ? "MATCH" : "MISMATCH");
+    if (s->remedy_text) printf("  remedy:   %s", s->remedy_text);
+    if (r->ran_remedy) printf(": %s", r->remedy_helped ? "helped" : "DID NOT HELP");
+    if (s->remedy_text) printf("\n");
+    fflush(stdout);
+}
+
+static cJSON *phase_json(const scenario_t *s, const phase_t *p) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ok", p->ok);
+    if (!p->ok) {
+        cJSON_AddStringToObject(o, "error", p->err);
+        return o;
+    }
+    cJSON_AddStringToObject(o, "cause", p->cause);
+    cJSON_AddStringToObject(o, "ranked", p->ranked);
+    double v = measure(p, s);
+    if (s->measure) cJSON_AddItemToObject(o, s->measure, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+    cJSON_AddStringToObject(o, "report", p->report_path);
+    return o;
+}
+
+static cJSON *result_json(const scenario_t *s, const result_t *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", s->name);
+    cJSON_AddStringToObject(o, "title", s->title);
+    cJSON_AddStringToObject(o, "seed", s->seed);
+    cJSON_AddStringToObject(o, "expected", s->expect);
+    cJSON_AddStringToObject(o, "found", r->incident.ok ? r->incident.cause : "");
+    cJSON_AddBoolToObject(o, "matched", r->matched);
+    cJSON_AddBoolToObject(o, "symptom_moved", r->moved);
+    if (s->measure) cJSON_AddStringToObject(o, "measure", s->measure);
+    cJSON_AddItemToObject(o, "baseline", phase_json(s, &r->base));
+    cJSON_AddItemToObject(o, "incident", phase_json(s, &r->incident));
+    if (r->ran_remedy) {
+        cJSON_AddItemToObject(o, "remedy", phase_json(s, &r->remedy));
+        cJSON_AddBoolToObject(o, "remedy_helped", r->remedy_helped);
+    }
+    return o;
+}
+
+/* Runs s; true when it matched (and its remedy helped, when run). */
+static bool run_one(const scenario_t *s, bool remedy, const char *tmp, cJSON *json_out) {
+    result_t r = {0};
+    run_phase(s, "baseline", &s->baseline, tmp, NULL, &r.base);
+    if (r.base.ok) {
+        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, &r.incident);
+        if (remedy && s->remedy_text) {
+            r.ran_remedy = true;
+            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, &r.remedy);
+        }
+    } else {
+        snprintf(r.incident.err, sizeof r.incident.err, "not run: the baseline failed");
+    }
+    judge(s, &r);
+    if (json_out) cJSON_AddItemToArray(json_out, result_json(s, &r));
+    else print_result(s, &r);
+    bool ok = r.matched && (!r.ran_remedy || r.remedy_helped);
+    free(r.base.cause);
+    free(r.incident.cause);
+    free(r.remedy.cause);
+    return ok;
+}
+
+/* ---- the command ------------------------------------------------------------------- */
+
+int cli_scenario(int argc, char **argv) {
+    const char *dir = SCN_DEFAULT_DIR, *verb = NULL;
+    bool all = false, remedy = false, json = false;
+    char **names = sl_calloc((size_t)argc + 1, sizeof *names);
+    int n_names = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("%s\nThe lab's incidents, one per lab/scenarios/NAME.json: a healthy baseline, the incident\n"
+                   "and its remedy, each a servelab serve under bench serve load, judged by servelab diagnose\n"
+                   "(docs/lab.md, \"Scenarios\").\n\n  --all      every scenario\n  --remedy   also run the "
+                   "remedy and compare\n  --json     one JSON array of results\n  --dir DIR  the scenario "
+                   "files (%s)\n", scn_usage, SCN_DEFAULT_DIR);
+            free(names);
+            return 0;
+        }
+        if (!strcmp(a, "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(a, "--all")) all = true;
+        else if (!strcmp(a, "--remedy")) remedy = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (a[0] == '-') cli_usage_error(scn_usage, "unrecognized arguments: %s", a);
+        else if (!verb) verb = a;
+        else names[n_names++] = (char *)a;
+    }
+    if (!verb || (strcmp(verb, "list") && strcmp(verb, "show") && strcmp(verb, "run")))
+        cli_usage_error(scn_usage, "argument command: invalid choice: '%s' (choose from 'list', 'show', 'run')",
+                        verb ? verb : "");
+    if (!strcmp(verb, "show") && n_names != 1) cli_usage_error(scn_usage, "show takes one scenario name");
+    if (!strcmp(verb, "run") && (all == (n_names > 0)))
+        cli_usage_error(scn_usage, "run takes scenario names or --all, not both");
+
+    int n_files = 0;
+    char **files = list_names(dir, &n_files);
+    if (!files) {
+        fprintf(stderr, "servelab: error: cannot read the scenario directory %s: %s\n", dir, strerror(errno));
+        free(names);
+        return 2;
+    }
+    char **run_names = all || !strcmp(verb, "list") ? files : names;
+    int n_run = all || !strcmp(verb, "list") ? n_files : n_names;
+    scenario_t *scn = sl_calloc((size_t)(n_run ? n_run : 1), sizeof *scn);
+    int bad = 0;
+    for (int i = 0; i < n_run; i++) bad |= load_one(dir, run_names[i], &scn[i]) != 0;
+    int rc = bad ? 2 : 0;
+    if (!bad && !strcmp(verb, "list")) {
+        for (int i = 0; i < n_run; i++)
+            printf("%-24s seed %s  %-20s %s%s\n", scn[i].name, scn[i].seed, scn[i].expect, scn[i].title,
+                   scn[i].imitation ? " (imitated)" : "");
+    } else if (!bad && !strcmp(verb, "show")) {
+        show(&scn[0]);
+    } else if (!bad) {
+        if (readlink("/proc/self/exe", self_exe, sizeof self_exe - 1) <= 0) {
+            fprintf(stderr, "servelab: error: cannot find this program's path (/proc/self/exe)\n");
+            rc = 1;
+        }
+        char tmp[] = "/tmp/servelab-scenario-XXXXXX";
+        if (!rc && !mkdtemp(tmp)) {
+            fprintf(stderr, "servelab: error: cannot make a temporary directory: %s\n", strerror(errno));
+            rc = 1;
+        }
+        cJSON *out = json ? cJSON_CreateArray() : NULL;
+        if (!rc) {
+            curl_global_init(CURL_GLOBAL_DEFAULT);
+            signal(SIGPIPE, SIG_IGN);
+            fprintf(stderr, "scenario: logs and reports in %s\n", tmp);
+            for (int i = 0; i < n_run; i++)
+                if (!run_one(&scn[i], remedy, tmp, out)) rc = 1;
+        }
+        if (out) {
+            char *text = cJSON_Print(out);
+            printf("%s\n", text);
+            free(text);
+            cJSON_Delete(out);
+        }
+    }
+    for (int i = 0; i < n_run; i++) scenario_free(&scn[i]);
+    free(scn);
+    free_names(files, n_files);
+    free(names);
+    return rc;
+}

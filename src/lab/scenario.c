@@ -1,0 +1,234 @@
+/* scenario.c - a scenario file into a scenario_t (see scenario.h), every field checked.
+ *
+ * The format is JSON, the project's one configuration syntax (cJSON parses it). Unknown keys
+ * are refused, so a misspelt field cannot silently fall back to the baseline. The cause must be
+ * one the diagnoser can name and the symptom one of its measures: a scenario cannot expect what
+ * the lab cannot report.
+ */
+#include "servelab/scenario.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "servelab/core.h"
+#include "servelab/diagnose.h"
+#include "servelab/lab.h"
+
+static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* s for an error message: control characters as '?', at most 60 bytes, so
+ * the message stays one line whatever the file holds. */
+static const char *shown(const char *s, char *buf, size_t cap) {
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap && n < 60; n++) buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    buf[n] = '\0';
+    return buf;
+}
+
+static bool only_keys(const cJSON *o, const char *const *keys, const char **bad) {
+    for (const cJSON *it = o->child; it; it = it->next) {
+        bool ok = false;
+        for (const char *const *k = keys; *k; k++) ok |= !strcmp(it->string, *k);
+        if (!ok) {
+            *bad = it->string;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A string field: required or not; *out NULL when absent. */
+static int get_str(const cJSON *o, const char *key, bool required, char **out, const char *where, char *err,
+                   size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NULL;
+    if (!v) return required ? fail(err, cap, "%s\"%s\" is required", where, key) : 0;
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return fail(err, cap, "%s\"%s\" must be a non-empty string", where, key);
+    *out = sl_strdup(v->valuestring);
+    return 0;
+}
+
+static void args_free(scn_args_t *a) {
+    for (int i = 0; i < a->n; i++) free(a->v[i]);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+static void args_copy(scn_args_t *dst, const scn_args_t *src) {
+    dst->n = src->n;
+    dst->v = sl_calloc((size_t)(src->n ? src->n : 1), sizeof *dst->v);
+    for (int i = 0; i < src->n; i++) dst->v[i] = sl_strdup(src->v[i]);
+}
+
+/* An array of non-empty strings into *a; absent: *present false. */
+static int get_args(const cJSON *o, const char *key, scn_args_t *a, bool *present, const char *where, char *err,
+                    size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *present = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsArray(v)) return fail(err, cap, "%s\"%s\" must be an array of strings", where, key);
+    int n = cJSON_GetArraySize(v);
+    if (n > 256) return fail(err, cap, "%s\"%s\" has %d entries (at most 256)", where, key, n);
+    a->v = sl_calloc((size_t)(n ? n : 1), sizeof *a->v);
+    for (const cJSON *it = v->child; it; it = it->next) {
+        if (!cJSON_IsString(it) || !it->valuestring[0])
+            return fail(err, cap, "%s\"%s\"[%d] must be a non-empty string", where, key, a->n);
+        a->v[a->n++] = sl_strdup(it->valuestring);
+    }
+    return 0;
+}
+
+/* One setup; the parts it leaves out come from `inherit` (NULL: empty). */
+static int get_setup(const cJSON *root, const char *key, bool required, scn_setup_t *s, const scn_setup_t *inherit,
+                     char **text, char *err, size_t cap) {
+    memset(s, 0, sizeof *s);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+    char where[48];
+    snprintf(where, sizeof where, "%s: ", key);
+    if (!o && required) return fail(err, cap, "\"%s\" is required", key);
+    if (o && !cJSON_IsObject(o)) return fail(err, cap, "\"%s\" must be an object", key);
+    static const char *const keys[] = {"server", "faults", "load", "text", NULL};
+    const char *bad;
+    if (o && !only_keys(o, keys, &bad))
+        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load%s)", where,
+                    shown(bad, (char[64]){0}, 64), text ? ", text" : "");
+    if (o && !text && cJSON_GetObjectItemCaseSensitive(o, "text"))
+        return fail(err, cap, "%s\"text\" belongs to the remedy", where);
+    struct { const char *k; scn_args_t *dst; const scn_args_t *from; } parts[] = {
+        {"server", &s->server, inherit ? &inherit->server : NULL},
+        {"faults", &s->faults, inherit ? &inherit->faults : NULL},
+        {"load", &s->load, inherit ? &inherit->load : NULL},
+    };
+    for (int i = 0; i < 3; i++) {
+        bool present = false;
+        if (o && get_args(o, parts[i].k, parts[i].dst, &present, where, err, cap)) return -1;
+        if (!present && parts[i].from) args_copy(parts[i].dst, parts[i].from);
+    }
+    if (text && o && get_str(o, "text", true, text, where, err, cap)) return -1;
+    return 0;
+}
+
+static int get_seconds(const cJSON *root, const char *key, double dflt, double lo, double hi, double *out, char *err,
+                       size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = dflt;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return fail(err, cap, "\"%s\" must be a number of seconds in [%g, %g]", key, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
+    static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
+                                       "incident", "remedy", "symptom", "expect", "window_s", "settle_s", NULL};
+    const char *bad;
+    if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
+    if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
+        get_str(root, "section", true, &s->section, "", err, cap) ||
+        get_str(root, "quote", true, &s->quote, "", err, cap) || get_str(root, "model", true, &s->model, "", err, cap) ||
+        get_str(root, "imitation", false, &s->imitation, "", err, cap) ||
+        get_str(root, "expect", true, &s->expect, "", err, cap))
+        return -1;
+    if (!diag_is_cause(s->expect))
+        return fail(err, cap, "\"expect\": \"%s\" is not a cause servelab diagnose names (docs/lab.md)",
+                    shown(s->expect, (char[64]){0}, 64));
+    if (get_setup(root, "baseline", true, &s->baseline, NULL, NULL, err, cap) ||
+        get_setup(root, "incident", true, &s->incident, &s->baseline, NULL, err, cap) ||
+        get_setup(root, "remedy", false, &s->remedy, &s->baseline, &s->remedy_text, err, cap))
+        return -1;
+    bool healthy = !strcmp(s->expect, "healthy");
+    if (!s->remedy_text && cJSON_GetObjectItemCaseSensitive(root, "remedy"))
+        return fail(err, cap, "remedy: \"text\" is required");
+    if (!s->remedy_text && !healthy) return fail(err, cap, "\"remedy\" is required (what the playbook prescribes)");
+    if (s->baseline.load.n == 0) return fail(err, cap, "baseline: \"load\" is required (bench serve flags)");
+    const scn_setup_t *setups[] = {&s->baseline, &s->incident, &s->remedy};
+    const char *setup_names[] = {"baseline", "incident", "remedy"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < setups[k]->faults.n; i++) {
+            fault_spec_t spec;
+            char ferr[400];
+            if (fault_parse_spec(setups[k]->faults.v[i], &spec, ferr, sizeof ferr))
+                return fail(err, cap, "%s: faults[%d]: %s", setup_names[k], i, ferr);
+        }
+
+    const cJSON *sym = cJSON_GetObjectItemCaseSensitive(root, "symptom");
+    if (!sym && healthy) /* nothing is meant to move */
+        return get_seconds(root, "window_s", 3.0, 1.0, 600.0, &s->window_s, err, cap) ||
+                       get_seconds(root, "settle_s", 2.0, 0.0, 600.0, &s->settle_s, err, cap)
+                   ? -1
+                   : 0;
+    if (!cJSON_IsObject(sym)) return fail(err, cap, "\"symptom\" is required: {\"measure\", \"direction\", \"where\"}");
+    static const char *const sym_keys[] = {"measure", "direction", "where", NULL};
+    if (!only_keys(sym, sym_keys, &bad))
+        return fail(err, cap, "symptom: unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
+    char *dir = NULL;
+    if (get_str(sym, "measure", true, &s->measure, "symptom: ", err, cap) ||
+        get_str(sym, "where", true, &s->where, "symptom: ", err, cap) ||
+        get_str(sym, "direction", true, &dir, "symptom: ", err, cap))
+        return -1;
+    s->direction = !strcmp(dir, "up") ? 1 : !strcmp(dir, "down") ? -1 : 0;
+    free(dir);
+    if (!s->direction) return fail(err, cap, "symptom: \"direction\" must be \"up\" or \"down\"");
+    if (diag_measure_index(s->measure) < 0)
+        return fail(err, cap, "symptom: \"measure\": \"%s\" is not a servelab diagnose measure",
+                    shown(s->measure, (char[64]){0}, 64));
+    return get_seconds(root, "window_s", 3.0, 1.0, 600.0, &s->window_s, err, cap) ||
+                   get_seconds(root, "settle_s", 2.0, 0.0, 600.0, &s->settle_s, err, cap)
+               ? -1
+               : 0;
+}
+
+int scenario_parse(const char *json, size_t len, const char *name, scenario_t *s, char *err, size_t err_len) {
+    memset(s, 0, sizeof *s);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    int rc;
+    const char *at = root ? NULL : cJSON_GetErrorPtr();
+    ptrdiff_t off = at && at >= json && at <= json + len ? at - json : 0;
+    if (!root) rc = fail(err, err_len, "not valid JSON (near byte %td)", off);
+    else if (!cJSON_IsObject(root)) rc = fail(err, err_len, "expected a JSON object");
+    else rc = parse_root(root, s, err, err_len);
+    cJSON_Delete(root);
+    if (rc) {
+        scenario_free(s);
+        return -1;
+    }
+    s->name = sl_strdup(name);
+    return 0;
+}
+
+static void setup_free(scn_setup_t *s) {
+    args_free(&s->server);
+    args_free(&s->faults);
+    args_free(&s->load);
+}
+
+void scenario_free(scenario_t *s) {
+    free(s->name);
+    free(s->title);
+    free(s->seed);
+    free(s->section);
+    free(s->quote);
+    free(s->model);
+    free(s->imitation);
+    setup_free(&s->baseline);
+    setup_free(&s->incident);
+    setup_free(&s->remedy);
+    free(s->remedy_text);
+    free(s->expect);
+    free(s->measure);
+    free(s->where);
+    memset(s, 0, sizeof *s);
+}

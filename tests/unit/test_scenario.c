@@ -1,0 +1,115 @@
+/* test_scenario.c - lab scenario files (src/lab/scenario.c): every committed scenario parses and
+ * names a cause the diagnoser has; inheritance from the baseline; every refusal names the field. */
+#include <dirent.h>
+
+#include "servelab/core.h"
+#include "servelab/diagnose.h"
+#include "servelab/lab.h"
+#include "servelab/scenario.h"
+#include "test.h"
+
+static const char *MINIMAL =
+    "{\"title\": \"t\", \"seed\": \"002\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"models/tiny\","
+    " \"baseline\": {\"server\": [\"--max-num-seqs\", \"8\"], \"load\": [\"--max-concurrency\", \"8\"]},"
+    " \"incident\": {\"server\": [\"--max-num-seqs\", \"2\"], \"faults\": [\"step_delay:ms=5\"]},"
+    " \"remedy\": {\"text\": \"more slots\", \"load\": [\"--max-concurrency\", \"2\"]},"
+    " \"symptom\": {\"measure\": \"ttft_p50\", \"direction\": \"up\", \"where\": \"TTFT\"},"
+    " \"expect\": \"queueing\", \"window_s\": 4}";
+
+static void test_incident_and_remedy_inherit_what_they_leave_out(void) {
+    scenario_t s;
+    char err[256];
+    CHECK_EQ_INT(scenario_parse(MINIMAL, strlen(MINIMAL), "q", &s, err, sizeof err), 0);
+    CHECK(!strcmp(s.name, "q") && !strcmp(s.expect, "queueing") && !strcmp(s.measure, "ttft_p50"));
+    CHECK_EQ_INT(s.direction, 1);
+    CHECK(s.window_s == 4.0 && s.settle_s == 2.0);
+    /* The incident overrides the server and adds a fault; its load is the baseline's. */
+    CHECK(s.incident.server.n == 2 && !strcmp(s.incident.server.v[1], "2"));
+    CHECK(s.incident.faults.n == 1 && !strcmp(s.incident.faults.v[0], "step_delay:ms=5"));
+    CHECK(s.incident.load.n == 2 && !strcmp(s.incident.load.v[1], "8"));
+    /* The remedy overrides the load; its server and faults are the baseline's (none). */
+    CHECK(s.remedy.server.n == 2 && !strcmp(s.remedy.server.v[1], "8"));
+    CHECK_EQ_INT(s.remedy.faults.n, 0);
+    CHECK(s.remedy.load.n == 2 && !strcmp(s.remedy.load.v[1], "2"));
+    CHECK(!strcmp(s.remedy_text, "more slots"));
+    scenario_free(&s);
+}
+
+/* MINIMAL with `from` replaced by `to` must be refused with `says`. */
+static void refused(const char *from, const char *to, const char *says) {
+    const char *at = strstr(MINIMAL, from);
+    SL_ASSERT(at);
+    char doc[4096];
+    snprintf(doc, sizeof doc, "%.*s%s%s", (int)(at - MINIMAL), MINIMAL, to, at + strlen(from));
+    scenario_t s;
+    char err[512] = "";
+    CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "x", &s, err, sizeof err), -1);
+    CHECK_STR_CONTAINS(err, says);
+    CHECK(s.name == NULL && s.title == NULL);
+}
+
+static void test_refusals_name_the_field(void) {
+    refused("\"expect\": \"queueing\"", "\"expect\": \"slow\"", "\"slow\" is not a cause servelab diagnose names");
+    refused("\"measure\": \"ttft_p50\"", "\"measure\": \"ttft\"", "\"ttft\" is not a servelab diagnose measure");
+    refused("\"direction\": \"up\"", "\"direction\": \"sideways\"", "must be \"up\" or \"down\"");
+    refused("\"step_delay:ms=5\"", "\"step_delay:ms=0\"", "incident: faults[0]:");
+    refused("\"step_delay:ms=5\"", "\"no_such_fault\"", "incident: faults[0]:");
+    refused("\"window_s\": 4", "\"window_s\": 0", "\"window_s\" must be a number of seconds");
+    refused("\"title\": \"t\", ", "", "\"title\" is required");
+    refused("\"model\": \"models/tiny\"", "\"model\": \"\"", "\"model\" must be a non-empty string");
+    refused("\"text\": \"more slots\", ", "", "remedy: \"text\" is required");
+    refused("\"load\": [\"--max-concurrency\", \"8\"]", "\"load\": [8]", "baseline: \"load\"[0] must be a non-empty string");
+    refused("\"window_s\": 4", "\"windows\": 4", "unknown key \"windows\"");
+    refused("\"faults\": [", "\"fault\": [", "incident: unknown key \"fault\"");
+    refused("{\"text\": \"more slots\", ", "{", "remedy: \"text\" is required");
+    const char *bad[] = {"", "[]", "{", "null", "{\"title\": 1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        scenario_t s;
+        char err[256] = "";
+        CHECK_EQ_INT(scenario_parse(bad[i], strlen(bad[i]), "x", &s, err, sizeof err), -1);
+        CHECK(err[0] != '\0' && !strchr(err, '\n'));
+    }
+}
+
+/* Every file in lab/scenarios parses; together they cover the causes listed here. */
+static void test_committed_scenarios_parse(void) {
+    DIR *d = opendir("lab/scenarios");
+    CHECK(d != NULL);
+    if (!d) return;
+    int n = 0;
+    bool healthy = false;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".json")) continue;
+        char path[512], name[256], err[512];
+        snprintf(path, sizeof path, "lab/scenarios/%s", e->d_name);
+        snprintf(name, sizeof name, "%.*s", (int)(len - 5), e->d_name);
+        size_t size;
+        sl_err_t rerr;
+        char *text = sl_read_file(path, 1 << 20, &size, &rerr);
+        CHECK(text != NULL);
+        scenario_t s;
+        int rc = text ? scenario_parse(text, size, name, &s, err, sizeof err) : -1;
+        if (rc) fprintf(stderr, "  %s: %s\n", path, err);
+        CHECK_EQ_INT(rc, 0);
+        if (!rc) {
+            healthy |= !strcmp(s.expect, "healthy");
+            CHECK(!strcmp(s.expect, "healthy") || (s.remedy_text && s.measure));
+            scenario_free(&s);
+        }
+        free(text);
+        n++;
+    }
+    closedir(d);
+    printf("  %d scenario files\n", n);
+    CHECK(n >= 8);
+    CHECK(healthy);
+}
+
+int main(void) {
+    test_seed();
+    RUN(test_incident_and_remedy_inherit_what_they_leave_out);
+    RUN(test_refusals_name_the_field);
+    RUN(test_committed_scenarios_parse);
+    return test_summary();
+}
