@@ -7,7 +7,8 @@
  * A run of one scenario (src/lab/scenario.c has the file format) is up to three phases: the
  * healthy baseline, the incident, and with --remedy the remedy. Each phase starts this binary's
  * `serve` with the phase's flags and faults on a free loopback port (its log in a temporary
- * directory), loads it with `bench serve` run after run, waits settle_s, then runs `diagnose
+ * directory), loads it with `bench serve` run after run (each with its own --seed), waits for
+ * tokens to flow, sets the phase's faults through the admin API, waits settle_s, runs `diagnose
  * --json` over window_s (with the baseline's report as --baseline, and the log as --log), and
  * stops both. The incident matches when the diagnoser names the expected cause and the symptom
  * measure moved in its direction from the baseline; the remedy helps when the cause is gone and
@@ -286,15 +287,25 @@ typedef struct {
     pthread_t thread;
 } load_t;
 
+/* Each run gets its own --seed (1, 2, ...; after the scenario's flags, so it
+ * wins): a restarted run must not replay prompts the prefix cache holds from
+ * the previous one, which would make the hit rate depend on the window. */
 static void *load_main(void *arg) {
     load_t *l = arg;
-    for (;;) {
+    for (int run = 1;; run++) {
         pthread_mutex_lock(&l->mu);
         if (l->stop) {
             pthread_mutex_unlock(&l->mu);
             return NULL;
         }
-        l->pid = spawn(l->argv.v, l->log);
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", run);
+        argv_t a = {0};
+        for (int i = 0; i < l->argv.n; i++) argv_add(&a, l->argv.v[i]);
+        argv_add(&a, "--seed");
+        argv_add(&a, seed);
+        l->pid = spawn(a.v, l->log);
+        argv_free(&a);
         pid_t pid = l->pid;
         pthread_mutex_unlock(&l->mu);
         if (pid < 0) return NULL;

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""`servelab scenario` (docs/lab.md, "Scenarios"): every scenario in lab/scenarios, run for real
+with its remedy (`run --all --remedy --json`): the diagnoser names each incident's expected cause
+against the scenario's own healthy baseline, the symptom measure moves the way the scenario says,
+the remedy removes the cause and moves the measure back, and the healthy scenario raises nothing.
+Then `list`, `show`, and the refusals: an unknown scenario, a bad file (one line naming the file
+and the field), bad usage. Prints one line per check and "N passed, N failed".
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servelab", required=True)
+    ap.add_argument("--root", required=True, help="the repository root (lab/scenarios, models/)")
+    args = ap.parse_args()
+    results = []
+
+    def check(name, cond, detail=""):
+        results.append(bool(cond))
+        print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)}", flush=True)
+
+    def run(*a, timeout=120):
+        return subprocess.run([args.servelab, "scenario", *a], cwd=args.root, capture_output=True, text=True,
+                              timeout=timeout)
+
+    files = sorted(f[:-5] for f in os.listdir(os.path.join(args.root, "lab", "scenarios")) if f.endswith(".json"))
+    p = run("list")
+    listed = [line.split()[0] for line in p.stdout.splitlines()]
+    check(f"list: the {len(files)} scenario files", p.returncode == 0 and listed == files, p.stdout + p.stderr)
+    p = run("show", "queueing")
+    check("show queueing: the commands, the symptom, the expected cause and the remedy",
+          p.returncode == 0 and "servelab serve models/tiny" in p.stdout and "--max-num-seqs 2" in p.stdout and
+          "expected: servelab diagnose names queueing" in p.stdout and "remedy:" in p.stdout, p.stdout + p.stderr)
+    p = run("show", "no_such_scenario")
+    check("an unknown scenario exits 2 with one line", p.returncode == 2 and "no_such_scenario" in p.stderr and
+          p.stderr.count("\n") == 1, p.stderr)
+    p = run("run")
+    check("run without names or --all exits 2", p.returncode == 2 and "run takes scenario names or --all" in p.stderr,
+          p.stderr)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "broken.json"), "w") as f:
+            json.dump({"title": "t", "seed": "000", "section": "s", "quote": "q", "model": "models/tiny",
+                       "baseline": {"load": ["--num-prompts", "1"]}, "incident": {}, "expect": "slow"}, f)
+        p = run("list", "--dir", d)
+        check("a bad scenario file exits 2 naming the file and the field",
+              p.returncode == 2 and "broken.json" in p.stderr and '"expect": "slow"' in p.stderr, p.stderr)
+
+    p = run("run", "--all", "--remedy", "--json", timeout=1800)
+    try:
+        report = json.loads(p.stdout)
+    except ValueError:
+        report = []
+    check(f"run --all --remedy: a JSON result per scenario (exit {p.returncode})",
+          [r["name"] for r in report] == files, p.stdout[-500:] + p.stderr[-2000:])
+    for r in report:
+        inc = r["incident"]
+        line = (f"{r['name']}: expected {r['expected']}, found {r['found']} (fired: {inc.get('ranked') or '-'})")
+        if r.get("measure"):
+            line += (f"; {r['measure']} {r['baseline'].get(r['measure'])} -> {inc.get(r['measure'])}")
+        if "remedy" in r:
+            line += f" -> remedy {r['remedy'].get('cause')} {r['remedy'].get(r['measure'])}"
+        check(line, r["matched"] and r["symptom_moved"] and (r["expected"] == "healthy" or r.get("remedy_helped")), r)
+        if r["expected"] == "healthy":
+            check("healthy: the baseline and the incident raise nothing",
+                  r["baseline"].get("cause") == "healthy" and inc.get("cause") == "healthy" and not inc.get("ranked"),
+                  r)
+    check("exit status 0 when every scenario matched and every remedy helped",
+          p.returncode == (0 if all(results) else 1), p.returncode)
+
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
