@@ -64,11 +64,13 @@ typedef struct {
     int32_t n_leaked, cap_leaked;
 } engine_lab_t;
 
-/* A scheduled sequence decodes this step when it computes one token, the last
- * one it knows (read before n_computed advances); anything else computes
- * prompt tokens: a prefill chunk, or a recompute after a preemption. */
+/* A scheduled sequence decodes this step when it computes the last token it
+ * knows, and nothing before it (read before n_computed advances); with
+ * speculative decoding its drafts come along (n_new = 1 + drafts). Anything
+ * else computes prompt tokens: a prefill chunk, or a recompute after a
+ * preemption. */
 static inline bool step_decodes(const request_t *r, int32_t n_new) {
-    return n_new == 1 && r->n_computed == r->n_tokens - 1;
+    return n_new >= 1 && r->n_computed == r->n_tokens - 1;
 }
 
 /* The step's prompt and decode tokens, for the trace and the lab snapshot. */
@@ -78,7 +80,7 @@ typedef struct {
 static inline step_mix_t step_mix(const sched_output_t *so) {
     step_mix_t m = {0, 0};
     for (int32_t i = 0; i < so->n; i++) {
-        if (step_decodes(so->reqs[i], so->n_new[i])) m.decode++;
+        if (step_decodes(so->reqs[i], so->n_new[i])) m.decode += so->n_new[i]; /* its token and drafts */
         else m.prefill += so->n_new[i];
     }
     return m;

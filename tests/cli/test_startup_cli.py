@@ -80,10 +80,10 @@ def main():
         check(f"bench {' '.join(sub + ['--help'])} prints usage and exits 0",
               res.returncode == 0 and res.stdout.startswith("usage: servelab bench"), res.stderr[-300:])
     # Top-level usage and the unknown-command message list every command.
-    commands = ("serve", "generate", "bench", "render", "eval", "diagnose")
+    commands = ("serve", "generate", "bench", "render", "eval", "diagnose", "scenario")
     res, _ = run([sl, "--help"], timeout=30)
     check("servelab --help lists every command", res.returncode == 0 and
-          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render,eval,diagnose}" in res.stdout,
+          all(f"  {c} " in res.stdout for c in commands) and "{serve,generate,bench,render,eval,diagnose,scenario}" in res.stdout,
           res.stdout[-300:])
     res, _ = run([sl, "frobnicate"], timeout=30)
     errs = error_lines(res.stderr)
