@@ -15,10 +15,15 @@ range too). Cases:
   runaway      suppress_eos, requests that would stop early       -> VLLMRunawayGeneration only
   http_errors  http_error rate=50 (429s and 503s)                 -> VLLMHighErrorRate only
   kv_pressure  160 KV blocks, 64 clients whose sequences grow to   -> VLLMKVCachePressure, and with
-               7 blocks each                                         it VLLMPreemptions and
-                                                                     VLLMQueueing (seed 004's
+               7 blocks each                                         it VLLMPreemptions (seed 004's
                                                                      "queueing issue" is waiting
-                                                                     AND cache full)
+                                                                     AND cache full); VLLMQueueing
+                                                                     may fire too: whether queue
+                                                                     time is half of TTFT depends
+                                                                     on how many requests are
+                                                                     preempted before their first
+                                                                     token (that wait counts as
+                                                                     prefill, as in vLLM)
   engine_stall engine_stall while requests run                    -> VLLMEngineStalled only
 
 Requests end with finish_reason "stop" (a stop token id found by probing the greedy output), so
@@ -221,15 +226,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="servelab-alerts-")
     # case -> (extra flags, alerts that must fire, alerts that may fire besides)
     cases = {
-        "healthy": (["--max-num-seqs", "4"], set()),
-        "queueing": (["--max-num-seqs", "2"], {"VLLMQueueing"}),
-        "runaway": (["--max-num-seqs", "4"], {"VLLMRunawayGeneration"}),
-        "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}),
-        "engine_stall": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}),
+        "healthy": (["--max-num-seqs", "4"], set(), set()),
+        "queueing": (["--max-num-seqs", "2"], {"VLLMQueueing"}, set()),
+        "runaway": (["--max-num-seqs", "4"], {"VLLMRunawayGeneration"}, set()),
+        "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}, set()),
+        "engine_stall": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}, set()),
         "kv_pressure": (["--max-num-seqs", "64", "--num-gpu-blocks-override", "160", "--no-enable-prefix-caching"],
-                        {"VLLMKVCachePressure", "VLLMPreemptions", "VLLMQueueing"}),
+                        {"VLLMKVCachePressure", "VLLMPreemptions"}, {"VLLMQueueing"}),
     }
-    servers = {c: Server(args.servelab, args.model, tmp, c, *extra) for c, (extra, _) in cases.items()}
+    servers = {c: Server(args.servelab, args.model, tmp, c, *extra) for c, (extra, _, _) in cases.items()}
     prom = None
     stop_load = threading.Event()
     threads = []
@@ -325,14 +330,14 @@ def main():
         for s in servers.values():
             s.clear_faults()
 
-        for case, (_, expected) in cases.items():
+        for case, (_, expected, may) in cases.items():
             got = set(fired[case])
             with lock:
                 load_seen = f"finish reasons {finish[case]}, statuses {statuses[case]}"
             if expected:
-                check(f"{case}: exactly {', '.join(sorted(expected))} fired "
+                check(f"{case}: exactly {', '.join(sorted(expected))}{' (and perhaps ' + ', '.join(sorted(may)) + ')' if may else ''} fired "
                       f"({', '.join(f'{a} after {t:.0f} s' for a, t in sorted(fired[case].items()))})",
-                      got == expected, f"fired {sorted(got)}; {load_seen}")
+                      expected <= got <= expected | may, f"fired {sorted(got)}; {load_seen}")
             else:
                 check(f"{case}: no alert fired ({load_seen})", not got, f"fired {sorted(got)}")
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
