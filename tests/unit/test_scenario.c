@@ -45,6 +45,7 @@ static void refused(const char *from, const char *to, const char *says) {
     char err[512] = "";
     CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "x", &s, err, sizeof err), -1);
     CHECK_STR_CONTAINS(err, says);
+    CHECK(!strchr(err, '\n'));
     CHECK(s.name == NULL && s.title == NULL);
 }
 
@@ -62,6 +63,9 @@ static void test_refusals_name_the_field(void) {
     refused("\"window_s\": 4", "\"windows\": 4", "unknown key \"windows\"");
     refused("\"faults\": [", "\"fault\": [", "incident: unknown key \"fault\"");
     refused("{\"text\": \"more slots\", ", "{", "remedy: \"text\" is required");
+    /* File text in a message is shown on one line: a key or a cause with a newline. */
+    refused("\"window_s\": 4", "\"win\\ndow\": 4", "unknown key \"win?dow\"");
+    refused("\"expect\": \"queueing\"", "\"expect\": \"slow\\nqueue\"", "\"slow?queue\" is not a cause");
     const char *bad[] = {"", "[]", "{", "null", "{\"title\": 1}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         scenario_t s;
