@@ -11,6 +11,21 @@ int cli_eval(int argc, char **argv);
 int cli_diagnose(int argc, char **argv);
 int cli_scenario(int argc, char **argv);
 
+/* ---- one HTTP request (http_client.c) ---------------------------------------- */
+
+#include <stddef.h>
+
+typedef struct {
+    char *data; /* NUL-terminated; the caller frees it */
+    size_t len;
+} cli_buf_t;
+/* GET (body NULL) or POST the JSON body to base + path, with "Authorization:
+ * Bearer <bearer>" when bearer is non-empty, giving up after timeout_ms. The
+ * HTTP status, or -1 with curl's message in err when nothing answered. *out
+ * always gets the body (possibly ""), at most 64 MiB. */
+long cli_http(const char *base, const char *path, const char *body, const char *bearer, long timeout_ms,
+              cli_buf_t *out, char *err, size_t err_len);
+
 /* ---- argument helpers (args.c) ----------------------------------------------- */
 
 /* Prints `usage` (may be ""), then "servelab: error: <message>", exits 2. */

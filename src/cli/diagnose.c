@@ -86,51 +86,9 @@ static double parse_duration(const char *flag, const char *v, double min) {
 
 /* ---- HTTP -------------------------------------------------------------------------- */
 
-typedef struct {
-    char *data;
-    size_t len;
-} buf_t;
-
-static size_t on_data(char *p, size_t size, size_t n, void *user) {
-    buf_t *b = user;
-    size_t add = size * n;
-    if (b->len + add > ((size_t)64 << 20)) return 0; /* a /metrics page is kilobytes; refuse a flood */
-    b->data = sl_realloc(b->data, b->len + add + 1);
-    memcpy(b->data + b->len, p, add);
-    b->len += add;
-    b->data[b->len] = '\0';
-    return add;
-}
-
-/* GET (body NULL) or POST JSON; the status, or -1 with err. out gets the body. */
-static long http(const char *base, const char *path, const char *body, buf_t *out, char *err, size_t err_len) {
-    char url[2048];
-    snprintf(url, sizeof url, "%s%s", base, path);
-    CURL *c = curl_easy_init();
-    struct curl_slist *h = NULL;
-    char *auth = NULL;
-    const char *key = getenv("OPENAI_API_KEY");
-    if (body) {
-        h = curl_slist_append(h, "Content-Type: application/json");
-        if (key && *key && asprintf(&auth, "Authorization: Bearer %s", key) > 0) h = curl_slist_append(h, auth);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    }
-    *out = (buf_t){sl_strdup(""), 0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    CURLcode rc = curl_easy_perform(c);
-    long status = -1;
-    if (rc != CURLE_OK) snprintf(err, err_len, "%.512s: %s", url, curl_easy_strerror(rc));
-    else curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_slist_free_all(h);
-    free(auth);
-    curl_easy_cleanup(c);
-    return status;
+/* GET (body NULL), or POST JSON with $OPENAI_API_KEY as the bearer, as `bench serve` does. */
+static long http(const char *base, const char *path, const char *body, cli_buf_t *out, char *err, size_t err_len) {
+    return cli_http(base, path, body, body ? getenv("OPENAI_API_KEY") : NULL, 300000L, out, err, err_len);
 }
 
 static double wall_now(void) {
@@ -155,7 +113,7 @@ static prom_snapshot_t *scrape(const diag_args_t *a, int *n_out, char **last_tex
     double t0 = wall_now();
     for (int i = 0; i < n; i++) {
         sleep_until(t0 + i * a->interval);
-        buf_t b;
+        cli_buf_t b;
         char perr[256];
         double t = wall_now();
         long st = http(a->url, "/metrics", NULL, &b, err, err_len);
@@ -197,7 +155,7 @@ static prom_snapshot_t *query_prometheus(const diag_args_t *a, int *n_out, char 
              a->interval);
     curl_free(q);
     curl_easy_cleanup(c);
-    buf_t b;
+    cli_buf_t b;
     long st = http(a->prometheus, path, NULL, &b, err, err_len);
     cJSON *root = st == 200 ? cJSON_Parse(b.data) : NULL;
     const cJSON *result = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "data"), "result");
@@ -285,7 +243,7 @@ static void scan_log(const char *text, diag_extra_t *x) {
 
 /* The served model's id (the first of /v1/models), malloc'd, or NULL. */
 static char *served_model(const char *url) {
-    buf_t b;
+    cli_buf_t b;
     char err[256];
     char *id = NULL;
     if (http(url, "/v1/models", NULL, &b, err, sizeof err) == 200) {
@@ -333,7 +291,7 @@ static int golden(const char *url, const char *path, bool record, int *bad, char
         cJSON_AddNumberToObject(req, "seed", 0);
         char *body = cJSON_PrintUnformatted(req);
         cJSON_Delete(req);
-        buf_t b;
+        cli_buf_t b;
         long st = http(url, "/v1/completions", body, &b, err, err_len);
         free(body);
         cJSON *resp = st == 200 ? cJSON_Parse(b.data) : NULL;
@@ -445,7 +403,7 @@ static int collect(const diag_args_t *a, const char *metrics_text, const cJSON *
     if (a->url) {
         const char *paths[][2] = {{"/version", "version.json"}, {"/v1/models", "models.json"}};
         for (int i = 0; i < 2; i++) {
-            buf_t b;
+            cli_buf_t b;
             char herr[256];
             if (http(a->url, paths[i][0], NULL, &b, herr, sizeof herr) > 0) rc |= write_file(a->collect, paths[i][1], b.data, b.len);
             free(b.data);

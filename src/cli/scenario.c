@@ -163,48 +163,13 @@ static int free_port(void) {
     return port;
 }
 
-typedef struct {
-    char *buf;
-    size_t len;
-} body_t;
-
-static size_t on_body(char *p, size_t size, size_t n, void *user) {
-    body_t *b = user;
-    if (b->len + size * n > (64u << 20)) return 0;
-    b->buf = sl_realloc(b->buf, b->len + size * n + 1);
-    memcpy(b->buf + b->len, p, size * n);
-    b->len += size * n;
-    b->buf[b->len] = '\0';
-    return size * n;
-}
-
-/* GET (post NULL) or POST a JSON body to base + path: the HTTP status (0 when
- * unreachable), the body in *out when out is not NULL (the caller frees). */
+/* A request to the phase's server: the status (-1: no answer); *out the body when out is not NULL. */
 static long http(const char *base, const char *path, const char *post, const char *bearer, char **out) {
-    char url[256], auth[160];
-    snprintf(url, sizeof url, "%s%s", base, path);
-    CURL *c = curl_easy_init();
-    struct curl_slist *h = NULL;
-    body_t b = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    if (post) {
-        h = curl_slist_append(h, "Content-Type: application/json");
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
-    }
-    if (bearer) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
-        h = curl_slist_append(h, auth);
-    }
-    if (h) curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    long status = 0;
-    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(h);
-    if (out) *out = b.buf;
-    else free(b.buf);
+    cli_buf_t b;
+    char err[640];
+    long status = cli_http(base, path, post, bearer, 5000L, &b, err, sizeof err);
+    if (out) *out = b.data;
+    else free(b.data);
     return status;
 }
 
