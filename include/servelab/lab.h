@@ -107,6 +107,9 @@ int fault_parse_spec(const char *text, fault_spec_t *s, char *err, size_t err_le
 
 /* The parameters' current values as `key=value,...` (for logs); buf gets "" for none. */
 void fault_params_format(const fault_spec_t *s, char *buf, size_t len);
+/* s as the admin API's body, {"name": ..., "params": {key: "value", ...}},
+ * which fault_spec_from_json reads back to s. Malloc'd. */
+char *fault_spec_to_json(const fault_spec_t *s);
 
 /* oom's ERROR line, in PyTorch's wording (torch.OutOfMemoryError, as vLLM
  * logs it): `ask` bytes could not be allocated on GPU 0 of `total` bytes.

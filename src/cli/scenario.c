@@ -43,6 +43,7 @@
 #include "cli.h"
 #include "servelab/core.h"
 #include "servelab/diagnose.h"
+#include "servelab/lab.h"
 #include "servelab/scenario.h"
 
 extern char **environ;
@@ -188,36 +189,6 @@ static double generated(const char *base) {
     prom_snapshot_free(&snap);
     free(text);
     return v;
-}
-
-/* A --fault spec (NAME[:key=value,...], checked when the file was parsed) as
- * the admin API's body: each value as text, a value's comma-continued pieces
- * joined (fault_parse_spec's rule). */
-static char *fault_body(const char *spec) {
-    cJSON *o = cJSON_CreateObject(), *params = cJSON_CreateObject();
-    const char *colon = strchr(spec, ':');
-    char *name = strndup(spec, colon ? (size_t)(colon - spec) : strlen(spec));
-    cJSON_AddStringToObject(o, "name", name);
-    free(name);
-    char *rest = sl_strdup(colon ? colon + 1 : ""), *key = NULL, value[512] = "";
-    for (char *save = NULL, *piece = strtok_r(rest, ",", &save);; piece = strtok_r(NULL, ",", &save)) {
-        char *eq = piece ? strchr(piece, '=') : NULL;
-        if ((!piece || eq) && key) cJSON_AddStringToObject(params, key, value);
-        if (!piece) break;
-        if (eq) {
-            *eq = '\0';
-            key = piece;
-            snprintf(value, sizeof value, "%s", eq + 1);
-        } else if (key) {
-            size_t at = strlen(value);
-            snprintf(value + at, sizeof value - at, ",%s", piece);
-        }
-    }
-    cJSON_AddItemToObject(o, "params", params);
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    free(rest);
-    return body;
 }
 
 /* An argv under construction. */
@@ -389,7 +360,11 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         return;
     }
     for (int i = 0; i < setup->faults.n; i++) {
-        char *body = fault_body(setup->faults.v[i]), *answer = NULL;
+        fault_spec_t spec;
+        char ferr[400], *answer = NULL;
+        int parsed = fault_parse_spec(setup->faults.v[i], &spec, ferr, sizeof ferr);
+        SL_ASSERT(parsed == 0); /* checked when the file was loaded */
+        char *body = fault_spec_to_json(&spec);
         long st = http(base, "/admin/faults", body, admin_key, &answer);
         free(body);
         if (st != 200) {

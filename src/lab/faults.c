@@ -363,33 +363,52 @@ static void types_format(uint32_t m, char *buf, size_t len) {
         if (m & FAULT_BIT(i)) n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", http_types[i].name);
 }
 
+/* One parameter's value as text that fault_param_set reads back to the same
+ * value; false for an optional limit that was not given. */
+static bool param_format(const fault_spec_t *s, const param_def_t *p, char *buf, size_t len) {
+    if (p->kind == PARAM_TYPES) {
+        types_format(s->p.types, buf, len);
+    } else if (p->kind == PARAM_FLOAT) {
+        /* The shortest spelling that reads back to the same number. */
+        double x = float_value(&s->p, p);
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(buf, len, "%.*g", prec, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    } else if (int_value(&s->p, p) != 0 || p->def) { /* optional limits left out when not given */
+        snprintf(buf, len, "%lld", (long long)int_value(&s->p, p));
+    } else {
+        return false;
+    }
+    return true;
+}
+
 void fault_params_format(const fault_spec_t *s, char *buf, size_t len) {
     const fault_def_t *d = &table[s->id];
     size_t n = 0;
     buf[0] = '\0';
     for (int i = 0; i < d->n_params && n < len; i++) {
-        const param_def_t *p = &d->params[i];
-        const char *sep = n ? "," : "";
-        if (p->kind == PARAM_TYPES) {
-            char types[160];
-            types_format(s->p.types, types, sizeof types);
-            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", sep, p->key, types);
-        } else if (p->kind == PARAM_FLOAT) {
-            /* The shortest spelling that reads back to the same number. */
-            char num[32];
-            double x = float_value(&s->p, p);
-            for (int prec = 6; prec <= 17; prec++) {
-                snprintf(num, sizeof num, "%.*g", prec, x);
-                if (strtod(num, NULL) == x) break;
-            }
-            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", sep, p->key, num);
-        } else if (int_value(&s->p, p) != 0 || p->def) { /* optional limits left out when not given */
-            n += (size_t)snprintf(buf + n, len - n, "%s%s=%lld", sep, p->key, (long long)int_value(&s->p, p));
-        }
+        char value[160];
+        if (param_format(s, &d->params[i], value, sizeof value))
+            n += (size_t)snprintf(buf + n, len - n, "%s%s=%s", n ? "," : "", d->params[i].key, value);
     }
 }
 
-/* c10/cuda/CUDACachingAllocator.cpp's format_size. */
+char *fault_spec_to_json(const fault_spec_t *s) {
+    const fault_def_t *d = &table[s->id];
+    cJSON *o = cJSON_CreateObject(), *params = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", d->name);
+    for (int i = 0; i < d->n_params; i++) {
+        char value[160];
+        if (param_format(s, &d->params[i], value, sizeof value))
+            cJSON_AddStringToObject(params, d->params[i].key, value);
+    }
+    cJSON_AddItemToObject(o, "params", params);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
 static const char *torch_size(int64_t n, char *buf, size_t len) {
     if (n <= 1024) snprintf(buf, len, "%lld bytes", (long long)n);
     else if (n <= 1048576) snprintf(buf, len, "%.2f KiB", (double)n / 1024.0);

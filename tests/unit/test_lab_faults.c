@@ -269,8 +269,36 @@ static void test_burn_cpu_spends_thread_cpu_time(void) {
     CHECK(a != 0);
 }
 
+/* fault_spec_to_json gives the admin API's body for a spec, which reads back to the same spec. */
+static void test_spec_to_json_reads_back(void) {
+    const char *specs[] = {"step_delay:ms=25", "suppress_eos", "engine_stall", "engine_stall:seconds=5",
+                           "http_error:rate=50,types=server_error,rate_limit", "http_error:types=rate_limit,count=2",
+                           "kv_leak:blocks=2", "tokenize_cost:us_per_token=2000", "oom:prompt_tokens=16",
+                           "logit_noise:scale=0.37", "allreduce_delay:ms=0.5,gbps=12.5", "cold_start:steps=3,ms=600",
+                           "stream_coalesce:tokens=4"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        fault_spec_t a, b;
+        char err[256], fa[256], fb[256];
+        CHECK_EQ_INT(fault_parse_spec(specs[i], &a, err, sizeof err), 0);
+        char *json = fault_spec_to_json(&a);
+        CHECK_EQ_INT(fault_spec_from_json(json, strlen(json), &b, err, sizeof err), 0);
+        fault_params_format(&a, fa, sizeof fa);
+        fault_params_format(&b, fb, sizeof fb);
+        const fault_params_t *x = &a.p, *y = &b.p; /* every field, not only what the format shows */
+        bool same = a.id == b.id && x->ms == y->ms && x->seconds == y->seconds && x->us_per_token == y->us_per_token &&
+                    x->tokens == y->tokens && x->blocks == y->blocks && x->prompt_tokens == y->prompt_tokens &&
+                    x->running == y->running && x->steps == y->steps && x->scale == y->scale && x->rate == y->rate &&
+                    x->types == y->types && x->count == y->count && x->allreduce_ms == y->allreduce_ms &&
+                    x->gbps == y->gbps;
+        if (!same) fprintf(stderr, "  %s -> %s -> %s\n", specs[i], json, fb);
+        CHECK(same);
+        free(json);
+    }
+}
+
 int main(void) {
     RUN(test_parse_step_delay_with_ms);
+    RUN(test_spec_to_json_reads_back);
     RUN(test_parse_suppress_eos_takes_no_params);
     RUN(test_parse_http_error_defaults);
     RUN(test_parse_types_list_continues_across_commas);
