@@ -4,8 +4,8 @@ baseline window of healthy load, then the fault switched on through the admin AP
 `servelab diagnose --json --baseline` must name the fault's cause; cleared, it must say
 `healthy` again. The load is `servelab bench serve` (models/tiny) or chat requests through the
 official `openai` package (the real SmolLM2, where output matters: runaway generation, garbled
-output against golden answers). Every case runs twice (--repeat), so a verdict that depends on
-one run's timings shows up as a failure here, not in a lab.
+output against golden answers). Every case runs --repeat times (2 by default), so a verdict that
+depends on one run's timings shows up as a failure here, not in a lab.
 
 Thresholds are the diagnoser's own (src/lab/diagnose.c), relative to the baseline window; this
 test chooses only the faults' sizes, large against the noise of a 2-core machine."""
