@@ -62,11 +62,13 @@ const char *prom_label(const prom_sample_t *x, const char *key);
     X(window_s) X(samples) X(uptime_s)                                                                \
     X(requests_finished) X(finished_length_share) X(finished_abort_share) X(finished_error_share)     \
     X(ttft_p50) X(ttft_p95) X(ttft_mean) X(itl_p50) X(itl_p95) X(itl_mean) X(e2e_p50) X(e2e_p95) X(e2e_mean)      \
+    X(tpot_p50) X(tpot_mean)                                                                          \
     X(queue_time_mean) X(queue_share_of_ttft) X(prefill_time_mean) X(first_ttft) X(first_ttft_ratio)                \
     X(waiting_mean) X(waiting_max) X(running_mean) X(running_max)                                     \
     X(inflight_mean) X(expected_inflight) X(inflight_vs_expected)                                     \
     X(kv_usage_mean) X(kv_usage_max) X(kv_usage_idle) X(kv_usage_per_running)                        \
     X(preemptions) X(preemptions_per_request) X(prefix_hit_rate)                                      \
+    X(spec_draft_tokens) X(spec_acceptance_rate)                                                      \
     X(prompt_tokens_per_s) X(generation_tokens_per_s) X(prompt_tokens_per_request)                    \
     X(generation_tokens_per_request)                                                                  \
     X(http_requests) X(http_4xx_share) X(http_5xx_share) X(http_error_share)                          \

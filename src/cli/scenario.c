@@ -99,15 +99,30 @@ static void free_names(char **names, int n) {
     free(names);
 }
 
+/* One argument as a POSIX shell reads it back: as is when it holds only safe characters,
+ * else single-quoted ('\'' for a quote inside), so a shown command can be pasted. */
+static void print_shell_word(FILE *f, const char *w) {
+    if (*w && strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@%+-") == strlen(w)) {
+        fputs(w, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *c = w; *c; c++) {
+        if (*c == '\'') fputs("'\\''", f);
+        else fputc(*c, f);
+    }
+    fputc('\'', f);
+}
+
 static void print_args(FILE *f, const char *lead, const scn_args_t *a) {
     fputs(lead, f);
-    for (int i = 0; i < a->n; i++) fprintf(f, " %s", a->v[i]);
+    for (int i = 0; i < a->n; i++) fputc(' ', f), print_shell_word(f, a->v[i]);
 }
 
 static void print_setup(FILE *f, const char *what, const char *model, const scn_setup_t *s) {
     fprintf(f, "  %-9s servelab serve %s", what, model);
     print_args(f, "", &s->server);
-    for (int i = 0; i < s->faults.n; i++) fprintf(f, " --fault %s", s->faults.v[i]);
+    for (int i = 0; i < s->faults.n; i++) fputs(" --fault ", f), print_shell_word(f, s->faults.v[i]);
     print_args(f, "\n            load: servelab bench serve", &s->load);
     fputc('\n', f);
 }

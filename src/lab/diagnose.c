@@ -242,6 +242,9 @@ void diag_measure(const prom_snapshot_t *snaps, int n, double expected_inflight,
         latency(a, b, base, &m->v[DM_itl_p50], &m->v[DM_itl_p95], &m->v[DM_itl_mean]);
     }
     latency(a, b, "vllm:e2e_request_latency_seconds", &m->v[DM_e2e_p50], &m->v[DM_e2e_p95], &m->v[DM_e2e_mean]);
+    /* Per request, decode time over its tokens after the first (vLLM 0.11's series): unlike ITL,
+     * which is one gap per step, it falls when a step emits several tokens (speculation). */
+    latency(a, b, "vllm:request_time_per_output_token_seconds", &m->v[DM_tpot_p50], NULL, &m->v[DM_tpot_mean]);
     latency(a, b, "vllm:request_queue_time_seconds", NULL, NULL, &m->v[DM_queue_time_mean]);
     latency(a, b, "vllm:request_prefill_time_seconds", NULL, NULL, &m->v[DM_prefill_time_mean]);
     m->v[DM_queue_share_of_ttft] = ratio(counter_delta(a, b, "vllm:request_queue_time_seconds_sum", NULL, NULL),
@@ -258,8 +261,22 @@ void diag_measure(const prom_snapshot_t *snaps, int n, double expected_inflight,
         m->v[DM_preemptions] = counter_delta(a, b, pre, NULL, NULL);
         m->v[DM_preemptions_per_request] = ratio(m->v[DM_preemptions], fin);
     }
+    /* Prompt tokens found in the prefix cache over those looked up. With caching off the counters
+     * stay (vLLM exports them) and nothing is looked up: none of the prompt tokens was found. */
     const char *pq = first_present(b, PREFIX_Q_NAMES), *ph = first_present(b, PREFIX_H_NAMES);
-    if (pq && ph) m->v[DM_prefix_hit_rate] = ratio(counter_delta(a, b, ph, NULL, NULL), counter_delta(a, b, pq, NULL, NULL));
+    if (pq && ph) {
+        double queries = counter_delta(a, b, pq, NULL, NULL);
+        m->v[DM_prefix_hit_rate] = queries == 0 && counter_delta(a, b, "vllm:prompt_tokens_total", NULL, NULL) > 0
+                                       ? 0
+                                       : ratio(counter_delta(a, b, ph, NULL, NULL), queries);
+    }
+
+    /* Speculative decoding (only with --speculative-config): the drafts' tokens, and the share
+     * the model kept, vLLM's "Avg Draft acceptance rate". */
+    double drafted = counter_delta(a, b, "vllm:spec_decode_num_draft_tokens_total", NULL, NULL);
+    m->v[DM_spec_draft_tokens] = drafted;
+    m->v[DM_spec_acceptance_rate] =
+        ratio(counter_delta(a, b, "vllm:spec_decode_num_accepted_tokens_total", NULL, NULL), drafted);
 
     double prompt = counter_delta(a, b, "vllm:prompt_tokens_total", NULL, NULL);
     double gen = counter_delta(a, b, "vllm:generation_tokens_total", NULL, NULL);
@@ -402,14 +419,25 @@ static double r_http_errors(rule_ctx_t *c) {
     return share / 0.05;
 }
 
+/* How many times the baseline's tokens (prompt and output) a finished
+ * request has now; 1 when either is unknown (a request's length did not
+ * visibly change). */
+static double tokens_per_request_vs_base(rule_ctx_t *c) {
+    double now = ev(c, DM_prompt_tokens_per_request) + ev(c, DM_generation_tokens_per_request);
+    double base = B(c, DM_prompt_tokens_per_request) + B(c, DM_generation_tokens_per_request);
+    return isfinite(now) && isfinite(base) && now > 0 && base > 0 ? now / base : 1;
+}
+
 /* KV blocks stay allocated with nothing running or waiting (vLLM counts
  * cached-but-free blocks as free), or, against a baseline, each running
- * request holds twice the KV it did (seed 003 case 2: slow degradation). */
+ * request holds twice the KV it did for as many tokens (seed 003 case 2:
+ * slow degradation). */
 static double r_kv_leak(rule_ctx_t *c) {
     double idle = ev(c, DM_kv_usage_idle);
     if (idle >= 0.01) return idle / 0.01;
     if (!c->b) return 0;
-    double r = vs_base(c, DM_kv_usage_per_running);
+    /* Per token a request holds: longer prompts or outputs hold more KV without a leak. */
+    double r = vs_base(c, DM_kv_usage_per_running) / tokens_per_request_vs_base(c);
     return r >= 2 ? r / 2 : 0;
 }
 
@@ -430,11 +458,17 @@ static double r_runaway(rule_ctx_t *c) {
  * bottleneck: tokenization"). The process must still be busy (at least half
  * its baseline CPU a second): when the engine slows for another reason the
  * process idles, and its fixed CPU spread over far fewer tokens would look
- * like costlier tokens (unknown counts as busy). */
+ * like costlier tokens (unknown counts as busy). And the engine's own prefill
+ * must not account for it: where the engine computes in the API's process (a
+ * CPU backend), prompt tokens the prefix cache no longer serves cost CPU too,
+ * but they lengthen vllm:request_prefill_time_seconds, which work before the
+ * engine does not. */
 static double r_tokenizer_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
     double cpu = vs_base(c, DM_cpu_ms_per_prompt_token), ttft = vs_base(c, DM_ttft_mean);
     double fed = vs_base(c, DM_prompt_tokens_per_s), busy = vs_base(c, DM_cpu_seconds_per_s);
+    double prefill = vs_base(c, DM_prefill_time_mean);
+    if (prefill >= 2 && prefill >= ttft / 1.5) return 0;
     return cpu >= 3 && (ttft >= 1.5 || fed <= 2.0 / 3) && !(busy < 0.5) ? cpu / 3 : 0;
 }
 
@@ -450,10 +484,13 @@ static double r_cold_start(rule_ctx_t *c) {
 }
 
 /* The KV cache is over 90% full and requests wait (seed 004's queueing
- * check, on the fraction vLLM exports: 0.9, not 90). */
+ * check, on the fraction vLLM exports: 0.9, not 90). A preemption also says
+ * the cache was full: the scheduler preempts only when no block is free, and
+ * the blocks it frees are free at the next scrape, so a storm of them keeps
+ * the sampled gauge just under a full cache. */
 static double r_kv_pressure(rule_ctx_t *c) {
-    double kv = ev(c, DM_kv_usage_max), wait = ev(c, DM_waiting_mean);
-    return kv >= 0.9 && wait > 0 ? kv / 0.9 : 0;
+    double kv = ev(c, DM_kv_usage_max), wait = ev(c, DM_waiting_mean), pre = ev(c, DM_preemptions);
+    return (kv >= 0.9 || pre >= 1) && wait > 0 ? fmax(kv, 0.9) / 0.9 : 0;
 }
 
 /* Running requests are preempted: at least 3, and one per 10 finished
@@ -499,9 +536,12 @@ static double both_grew(rule_ctx_t *c, diag_measure_t p50, diag_measure_t mean) 
     return fmin(a, b); /* NAN when either is unknown: no rule fires on it */
 }
 
-/* TTFT doubled without queueing and without slower decoding, by at least a
- * tenth of a request's whole latency (a change users see): prefill got
- * heavier (seed 004: "waiting ~ 0 but TTFT high: compute-bound prefill"). */
+/* TTFT doubled without queueing, by at least a tenth of a request's whole
+ * latency (a change users see), and not with decoding as slow: prefill got
+ * heavier (seed 004: "waiting ~ 0 but TTFT high: compute-bound prefill").
+ * Decoding may slow by half again, or more when TTFT grew four times as much:
+ * long prompts also make each decode step attend over more context, while a
+ * slower engine (decode_bound) slows both alike. */
 static double r_prefill_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
     double ttft = both_grew(c, DM_ttft_p50, DM_ttft_mean), itl = vs_base(c, DM_itl_mean);
@@ -509,7 +549,7 @@ static double r_prefill_bound(rule_ctx_t *c) {
     double grew = M(c, DM_ttft_mean) - B(c, DM_ttft_mean), e2e = B(c, DM_e2e_mean);
     ev(c, DM_e2e_mean);
     vs_base(c, DM_prompt_tokens_per_request);
-    return ttft >= 2 && grew >= 0.1 * e2e && !(q >= 0.5) && !(itl >= 1.5) ? ttft / 2 : 0;
+    return ttft >= 2 && grew >= 0.1 * e2e && !(q >= 0.5) && !(itl >= 1.5 && itl > ttft / 4) ? ttft / 2 : 0;
 }
 
 /* ITL grew with a batch twice as large while the engine produces at least
@@ -520,6 +560,21 @@ static double r_batch_knee(rule_ctx_t *c) {
     double itl = both_grew(c, DM_itl_p50, DM_itl_mean), run = vs_base(c, DM_running_mean);
     double tps = vs_base(c, DM_generation_tokens_per_s);
     return itl >= 1.5 && run >= 2 && tps >= 1 ? itl / 1.5 : 0;
+}
+
+/* Speculation that does not pay: at least 50 draft tokens and under a quarter
+ * of them kept, so each verification step computes K + 1 positions to keep
+ * about one, and (against a baseline) the time per output token is no lower
+ * than without it (seed 002: "speculative acceptance rate", "ineffective
+ * speculation"). Per output token, not ITL: ITL is one gap per step, and a
+ * step that emits several tokens takes longer while the request finishes
+ * sooner. */
+static double r_spec_waste(rule_ctx_t *c) {
+    double drafted = ev(c, DM_spec_draft_tokens), rate = ev(c, DM_spec_acceptance_rate);
+    ev(c, DM_itl_mean);
+    if (!(drafted >= 50) || !(rate < 0.25)) return 0;
+    if (c->b && vs_base(c, DM_tpot_mean) < 1) return 0;
+    return 0.25 / fmax(rate, 0.01);
 }
 
 /* ITL doubled and the engine produces fewer tokens per second: every decode
@@ -597,6 +652,12 @@ static const rule_t rules[] = {
     {"low_prefix_reuse", "the prefix cache stopped helping", r_low_prefix_reuse, true,
      {"Enable prefix caching and keep shared system prompts byte-identical at the start (seed 000)",
       "Check routing: cache-aware routing must send a conversation to the replica holding its prefix (seed 004)"}},
+    {"spec_decode_waste", "speculative drafts are mostly rejected: verification costs more than it saves",
+     r_spec_waste, false,
+     {"Turn speculation off for this traffic, or raise prompt_lookup_min so n-gram drafts need a longer match "
+      "(seed 002: check the speculative acceptance rate)",
+      "Speculate where outputs repeat their context (code edits, extraction, summaries) at low temperature; "
+      "sampled creative text rejects most drafts"}},
     {"prefill_bound", "prefill is slow: TTFT high without queueing", r_prefill_bound, true,
      {"Long prompts: enable chunked prefill and prefix caching (seed 000)",
       "Reduce prompt tokens or route long prompts to their own pool (seed 002)",

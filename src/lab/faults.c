@@ -369,8 +369,10 @@ static bool param_format(const fault_spec_t *s, const param_def_t *p, char *buf,
     if (p->kind == PARAM_TYPES) {
         types_format(s->p.types, buf, len);
     } else if (p->kind == PARAM_FLOAT) {
-        /* The shortest spelling that reads back to the same number. */
+        /* The shortest spelling that reads back to the same number; an optional one not given
+         * (0, below every float's range) is left out. */
         double x = float_value(&s->p, p);
+        if (x == 0 && !p->def && p->min > 0) return false;
         for (int prec = 6; prec <= 17; prec++) {
             snprintf(buf, len, "%.*g", prec, x);
             if (strtod(buf, NULL) == x) break;

@@ -9,6 +9,7 @@ and the field), bad usage. Prints one line per check and "N passed, N failed".
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,12 @@ def main():
     check("show queueing: the commands, the symptom, the expected cause and the remedy",
           p.returncode == 0 and "servelab serve models/tiny" in p.stdout and "--max-num-seqs 2" in p.stdout and
           "expected: servelab diagnose names queueing" in p.stdout and "remedy:" in p.stdout, p.stdout + p.stderr)
+    p = run("show", "speculation_wasted")
+    line = next((ln for ln in p.stdout.splitlines() if ln.lstrip().startswith("incident")), "")
+    words = shlex.split(line.split(None, 1)[1]) if line else []
+    spec = words[words.index("--speculative-config") + 1] if "--speculative-config" in words else "{}"
+    check("show: a shown command pastes into a shell (the JSON flag quoted)",
+          words[:3] == ["servelab", "serve", "models/tiny"] and json.loads(spec).get("method") == "ngram", line)
     p = run("show", "no_such_scenario")
     check("an unknown scenario exits 2 with one line", p.returncode == 2 and "no_such_scenario" in p.stderr and
           p.stderr.count("\n") == 1, p.stderr)

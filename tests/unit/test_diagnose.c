@@ -109,6 +109,35 @@ static void test_renamed_series_and_counter_resets(void) {
     prom_snapshot_free(&s[1]);
 }
 
+/* The prefix hit rate, and the speculative acceptance rate, from their counters. */
+static void test_prefix_and_speculation_rates(void) {
+    prom_snapshot_t s[2];
+    const char *fmt = "vllm:prompt_tokens_total %g\nvllm:prefix_cache_queries_total %g\n"
+                      "vllm:prefix_cache_hits_total %g\nvllm:spec_decode_num_draft_tokens_total %g\n"
+                      "vllm:spec_decode_num_accepted_tokens_total %g\n";
+    char a[512], b[512];
+    snprintf(a, sizeof a, fmt, 100.0, 100.0, 20.0, 10.0, 5.0);
+    snprintf(b, sizeof b, fmt, 300.0, 300.0, 170.0, 410.0, 105.0);
+    parse(&s[0], a, 0), parse(&s[1], b, 1);
+    diag_measures_t m;
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(fabs(m.v[DM_prefix_hit_rate] - 0.75) < 1e-12);
+    CHECK(m.v[DM_spec_draft_tokens] == 400 && fabs(m.v[DM_spec_acceptance_rate] - 0.25) < 1e-12);
+    prom_snapshot_free(&s[0]), prom_snapshot_free(&s[1]);
+    /* Prefix caching off: the counters stand still while prompts are computed: nothing found. */
+    snprintf(b, sizeof b, fmt, 300.0, 100.0, 20.0, 10.0, 5.0);
+    parse(&s[0], a, 0), parse(&s[1], b, 1);
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(m.v[DM_prefix_hit_rate] == 0);
+    CHECK(m.v[DM_spec_draft_tokens] == 0 && isnan(m.v[DM_spec_acceptance_rate]));
+    prom_snapshot_free(&s[0]), prom_snapshot_free(&s[1]);
+    /* No prompts at all: unknown, not zero. */
+    parse(&s[0], a, 0), parse(&s[1], a, 1);
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(isnan(m.v[DM_prefix_hit_rate]));
+    prom_snapshot_free(&s[0]), prom_snapshot_free(&s[1]);
+}
+
 static void test_stalls_and_the_first_requests_ttft(void) {
     prom_snapshot_t s[6];
     /* Running requests, tokens move in the first interval only. */
@@ -273,9 +302,53 @@ static void test_rules_against_a_baseline(void) {
     m.v[DM_generation_tokens_per_request] = 59;
     top(&m, &b, "runaway_generation", &fired);
     CHECK(!fired);
-    /* Each running request holds twice its KV: a leak. */
+    /* Each running request holds twice its KV: a leak; not when its requests are twice as long. */
     m = b, m.v[DM_kv_usage_per_running] = 0.02;
     CHECK(!strcmp(top(&m, &b, "kv_leak", &fired), "kv_leak"));
+    b.v[DM_prompt_tokens_per_request] = 60;
+    m = b, m.v[DM_kv_usage_per_running] = 0.02, m.v[DM_prompt_tokens_per_request] = 160;
+    top(&m, &b, "kv_leak", &fired);
+    CHECK(!fired);
+    m.v[DM_prompt_tokens_per_request] = 60;
+    CHECK(!strcmp(top(&m, &b, "kv_leak", &fired), "kv_leak"));
+    b.v[DM_prompt_tokens_per_request] = NAN;
+    /* Long prompts: TTFT x100 with decoding 4x slower (attention over a longer context) is still
+     * prefill; a slower engine slows both alike (TTFT x3, ITL x3): not prefill. */
+    m = b, m.v[DM_ttft_p50] = 5, m.v[DM_ttft_mean] = 5, m.v[DM_e2e_mean] = 5.5, m.v[DM_queue_share_of_ttft] = 0;
+    m.v[DM_itl_p50] = 0.04, m.v[DM_itl_mean] = 0.04;
+    CHECK(!strcmp(top(&m, &b, "prefill_bound", &fired), "prefill_bound"));
+    m.v[DM_ttft_p50] = 0.15, m.v[DM_ttft_mean] = 0.15, m.v[DM_itl_p50] = 0.03, m.v[DM_itl_mean] = 0.03;
+    top(&m, &b, "prefill_bound", &fired);
+    CHECK(!fired);
+    /* CPU per prompt token x10 because the engine now computes what the prefix cache served (its
+     * own prefill time grew with TTFT): not the tokenizer. */
+    b.v[DM_prefill_time_mean] = 0.04;
+    m = b, m.v[DM_cpu_ms_per_prompt_token] = 5, m.v[DM_ttft_mean] = 0.5, m.v[DM_prefill_time_mean] = 0.49;
+    top(&m, &b, "tokenizer_bound", &fired);
+    CHECK(!fired);
+    m.v[DM_prefill_time_mean] = 0.04; /* the engine's part unchanged: TTFT grew before it */
+    CHECK(!strcmp(top(&m, &b, "tokenizer_bound", &fired), "tokenizer_bound"));
+    b.v[DM_prefill_time_mean] = NAN;
+    /* Speculation: under a quarter of 50+ drafted tokens kept and no faster per output token;
+     * a low rate that still pays, or too few drafts, is not a cause. */
+    b.v[DM_tpot_mean] = 0.01;
+    m = b, m.v[DM_spec_draft_tokens] = 400, m.v[DM_spec_acceptance_rate] = 0.05, m.v[DM_tpot_mean] = 0.015;
+    m.v[DM_itl_p50] = 0.015, m.v[DM_itl_mean] = 0.015;
+    CHECK(!strcmp(top(&m, &b, "spec_decode_waste", &fired), "spec_decode_waste"));
+    m.v[DM_tpot_mean] = 0.009;
+    top(&m, &b, "spec_decode_waste", &fired);
+    CHECK(!fired);
+    m.v[DM_tpot_mean] = 0.015, m.v[DM_spec_acceptance_rate] = 0.25;
+    top(&m, &b, "spec_decode_waste", &fired);
+    CHECK(!fired);
+    m.v[DM_spec_acceptance_rate] = 0.05, m.v[DM_spec_draft_tokens] = 49;
+    top(&m, &b, "spec_decode_waste", &fired);
+    CHECK(!fired);
+    /* ... and it outranks the slower steps it causes. */
+    m.v[DM_spec_draft_tokens] = 400, m.v[DM_itl_p50] = 0.03, m.v[DM_itl_mean] = 0.03;
+    m.v[DM_generation_tokens_per_s] = 200;
+    CHECK(!strcmp(top(&m, &b, "spec_decode_waste", &fired), "spec_decode_waste"));
+    b.v[DM_tpot_mean] = NAN;
     /* Without the baseline, its rules are skipped and listed. */
     cJSON *r = diag_report(&m, NULL);
     char *s = cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "skipped"));
@@ -294,6 +367,16 @@ static void test_specific_causes_rank_first(void) {
     m = blank();
     m.v[DM_kv_usage_idle] = 0.3, m.v[DM_kv_usage_max] = 0.95, m.v[DM_waiting_mean] = 2;
     CHECK(!strcmp(top(&m, NULL, "kv_pressure", &fired), "kv_leak") && fired);
+    /* Preempted sequences free their blocks before the next scrape: with requests waiting, a
+     * preemption is the full cache the gauge missed, and the KV pressure ranks first. */
+    m = blank();
+    m.v[DM_kv_usage_max] = 0.85, m.v[DM_waiting_mean] = 3, m.v[DM_preemptions] = 0;
+    top(&m, NULL, "kv_pressure", &fired);
+    CHECK(!fired);
+    m.v[DM_preemptions] = 30, m.v[DM_preemptions_per_request] = 0.2, m.v[DM_requests_finished] = 150;
+    CHECK(!strcmp(top(&m, NULL, "preemption_storm", &fired), "kv_pressure") && fired);
+    m.v[DM_waiting_mean] = 0;
+    CHECK(!strcmp(top(&m, NULL, "kv_pressure", &fired), "preemption_storm") && !fired);
 }
 
 static void test_report_round_trips_as_a_baseline(void) {
@@ -320,6 +403,7 @@ int main(void) {
     RUN(test_parse_errors_name_the_line);
     RUN(test_quantiles_interpolate_like_histogram_quantile);
     RUN(test_renamed_series_and_counter_resets);
+    RUN(test_prefix_and_speculation_rates);
     RUN(test_stalls_and_the_first_requests_ttft);
     RUN(test_rules_without_baseline_fire_on_their_thresholds);
     RUN(test_rules_against_a_baseline);

@@ -274,8 +274,8 @@ static void test_spec_to_json_reads_back(void) {
     const char *specs[] = {"step_delay:ms=25", "suppress_eos", "engine_stall", "engine_stall:seconds=5",
                            "http_error:rate=50,types=server_error,rate_limit", "http_error:types=rate_limit,count=2",
                            "kv_leak:blocks=2", "tokenize_cost:us_per_token=2000", "oom:prompt_tokens=16",
-                           "logit_noise:scale=0.37", "allreduce_delay:ms=0.5,gbps=12.5", "cold_start:steps=3,ms=600",
-                           "stream_coalesce:tokens=4"};
+                           "logit_noise:scale=0.37", "allreduce_delay:ms=0.5,gbps=12.5", "allreduce_delay:ms=2",
+                           "allreduce_delay:gbps=3", "cold_start:steps=3,ms=600", "stream_coalesce:tokens=4"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fault_spec_t a, b;
         char err[256], fa[256], fb[256];
