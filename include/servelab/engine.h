@@ -34,6 +34,8 @@ typedef enum { ENGINE_DEVICE_AUTO, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engin
 typedef struct {
     /* The model. */
     const char *model_dir;          /* a Hugging Face checkpoint directory */
+    const char *tokenizer_dir;      /* --tokenizer: the tokenizer (and its chat template) of this
+                                       directory instead (NULL: model_dir's) */
     model_load_opts_t load;         /* --load-format, --dtype (auto) */
     int64_t max_model_len;          /* --max-model-len (0: the config's max_position_embeddings) */
     /* The device. */

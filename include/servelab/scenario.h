@@ -6,7 +6,8 @@
  * measure and its direction against the baseline, and where to look), and the cause the
  * diagnoser must name. The incident and the remedy inherit each part they leave out (server
  * flags, faults, load flags) from the baseline. Real settings come first; a fault only where no
- * setting can do it (`imitation` then says what is imitated). Parsing is pure; running is
+ * setting can do it (`imitation` then says what is imitated). Output incidents name golden
+ * prompts (`golden`) whose answers the baseline records. Parsing is pure; running is
  * `servelab scenario` (src/cli/scenario.c).
  */
 #ifndef SERVELAB_SCENARIO_H
@@ -24,6 +25,8 @@ typedef struct {
     scn_args_t server;  /* `servelab serve MODEL` flags */
     scn_args_t faults;  /* --fault specs, NAME[:key=value,...] */
     scn_args_t load;    /* `servelab bench serve` flags (base URL and model are the runner's) */
+    scn_args_t warmup;  /* `servelab bench serve` flags of a run that ends before the load starts
+                         * (empty: none): warm-up requests before taking traffic */
 } scn_setup_t;
 
 typedef struct {
@@ -31,6 +34,8 @@ typedef struct {
     char *title, *seed, *section, *quote;
     char *model;        /* MODEL_DIR */
     char *imitation;    /* NULL, or what a fault stands in for (a GPU, a network) */
+    char *golden;       /* NULL, or a golden prompts file (`servelab diagnose --golden`): the
+                         * baseline records its answers, the other phases replay them */
     scn_setup_t baseline, incident, remedy;
     char *remedy_text;  /* the playbook's remedy, in words; NULL: none (the healthy baseline only) */
     char *expect;       /* the cause `servelab diagnose` must name (diagnose.h) */
@@ -38,6 +43,9 @@ typedef struct {
     int direction;      /* +1: it rises in the incident, -1: it falls */
     char *where;        /* where an operator sees it (a series, a log line) */
     double window_s, settle_s; /* diagnose's window; load before it starts */
+    bool watch_boot;    /* "watch": "boot": faults are set at boot (--fault), and diagnose watches
+                         * from before the load starts (the first requests after boot); else it
+                         * watches once the load flows and the faults are set */
 } scenario_t;
 
 /* Parses a scenario document (JSON, len bytes) named `name`. 0, or -1 with

@@ -256,9 +256,12 @@ static char *served_model(const char *url) {
     return id;
 }
 
-/* Replays a golden file's prompts ({"prompts": [{"prompt", "max_tokens",
- * "output"}]}) at temperature 0. record: writes the outputs into it. Returns
- * the number of prompts (mismatches in *bad), or -1 with err. */
+/* Replays a golden file's prompts ({"prompts": [{"prompt" or "messages",
+ * "max_tokens", "output"}]}) at temperature 0: a "prompt" through
+ * /v1/completions, "messages" (OpenAI chat messages) through
+ * /v1/chat/completions, so the server's chat template is part of what is
+ * checked. record: writes the outputs into it. Returns the number of prompts
+ * (mismatches in *bad), or -1 with err. */
 static int golden(const char *url, const char *path, bool record, int *bad, char *err, size_t err_len) {
     char *text = read_tail(path, (size_t)16 << 20, err, err_len);
     if (!text) return -1;
@@ -276,28 +279,33 @@ static int golden(const char *url, const char *path, bool record, int *bad, char
     cJSON *p;
     cJSON_ArrayForEach(p, prompts) {
         const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *mt = cJSON_GetObjectItem(p, "max_tokens");
-        const cJSON *want = cJSON_GetObjectItem(p, "output");
-        if (!cJSON_IsString(prompt) || (!record && !cJSON_IsString(want))) {
-            snprintf(err, err_len, "%s: prompt %d needs a string \"prompt\"%s", path, n,
-                     record ? "" : " and a recorded \"output\" (make one with --record-golden)");
+        const cJSON *msgs = cJSON_GetObjectItem(p, "messages"), *want = cJSON_GetObjectItem(p, "output");
+        bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
+        if (cJSON_IsString(prompt) == chat || (!record && !cJSON_IsString(want))) {
+            snprintf(err, err_len, "%s: prompt %d needs a string \"prompt\" or a \"messages\" array (one of the two)%s",
+                     path, n, record ? "" : " and a recorded \"output\" (make one with --record-golden)");
             rc = -1;
             break;
         }
         cJSON *req = cJSON_CreateObject();
         cJSON_AddStringToObject(req, "model", model ? model : "");
-        cJSON_AddStringToObject(req, "prompt", prompt->valuestring);
+        if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
+        else cJSON_AddStringToObject(req, "prompt", prompt->valuestring);
         cJSON_AddNumberToObject(req, "max_tokens", cJSON_IsNumber(mt) ? mt->valuedouble : 32);
         cJSON_AddNumberToObject(req, "temperature", 0);
         cJSON_AddNumberToObject(req, "seed", 0);
         char *body = cJSON_PrintUnformatted(req);
         cJSON_Delete(req);
         cli_buf_t b;
-        long st = http(url, "/v1/completions", body, &b, err, err_len);
+        const char *endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+        long st = http(url, endpoint, body, &b, err, err_len);
         free(body);
         cJSON *resp = st == 200 ? cJSON_Parse(b.data) : NULL;
-        const cJSON *out = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), 0), "text");
+        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), 0);
+        const cJSON *out = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(choice, "message"), "content")
+                                : cJSON_GetObjectItem(choice, "text");
         if (!cJSON_IsString(out)) {
-            if (st > 0) snprintf(err, err_len, "%s/v1/completions: HTTP %ld: %.200s", url, st, b.data);
+            if (st > 0) snprintf(err, err_len, "%s%s: HTTP %ld: %.200s", url, endpoint, st, b.data);
             rc = -1;
         } else if (record) {
             cJSON_DeleteItemFromObject(p, "output");

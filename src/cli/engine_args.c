@@ -17,7 +17,7 @@ enum {
     E_DTYPE = ENGINE_OPT_BASE, E_LOAD, E_MAX_LEN, E_BLOCK, E_NUM_BLOCKS, E_KV_BYTES, E_PREFIX,
     E_NO_PREFIX, E_CHUNKED, E_NO_CHUNKED, E_BATCHED, E_SEQS, E_BATCHING, E_SEED, E_THREADS,
     E_DEVICE, E_GPU_UTIL, E_EAGER, E_SKIP_WARMUP, E_GRAPH_SIZES, E_SEQ_TO_CAPTURE, E_HASH_ALGO, E_KV_DTYPE, E_TP, E_QUANT,
-    E_TRACE, E_TRACE_MB, E_SPEC,
+    E_TRACE, E_TRACE_MB, E_SPEC, E_TOKENIZER,
 };
 
 const struct option engine_long_options[] = {
@@ -49,11 +49,12 @@ const struct option engine_long_options[] = {
     {"trace", required_argument, 0, E_TRACE},
     {"trace-max-mb", required_argument, 0, E_TRACE_MB},
     {"speculative-config", required_argument, 0, E_SPEC},
+    {"tokenizer", required_argument, 0, E_TOKENIZER},
     {0, 0, 0, 0},
 };
 
 const char *engine_usage =
-    "engine flags: [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|float16]\n"
+    "engine flags: [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|float16] [--tokenizer DIR]\n"
     "  [--load-format auto|safetensors|dummy] [--max-model-len N] [--block-size 16]\n"
     "  [--gpu-memory-utilization 0.9] [--num-gpu-blocks-override N] [--kv-cache-memory-bytes N]\n"
     "  [--[no-]enable-prefix-caching] [--prefix-caching-hash-algo sha256|xxhash]\n"
@@ -75,6 +76,8 @@ const char *engine_help =
     "                                stay float32)\n"
     "  --load-format auto|safetensors|dummy\n"
     "                                dummy: random weights of the config's shapes (auto)\n"
+    "  --tokenizer DIR               the tokenizer (and chat template) of this checkpoint directory\n"
+    "                                instead of the model's (the model's)\n"
     "  --max-model-len N             context limit, 4k accepted (the config's max_position_embeddings)\n"
     "  --block-size N                KV block size in tokens (16)\n"
     "  --gpu-memory-utilization F    share of device memory for this instance (0.9)\n"
@@ -126,6 +129,7 @@ int engine_args_handle(engine_config_t *a, int c, const char *v) {
         a->load.load_format = (load_format_t)f;
         return 1;
     }
+    case E_TOKENIZER: a->tokenizer_dir = v; return 1;
     case E_MAX_LEN: a->max_model_len = cli_parse_human_int("--max-model-len", v, 0x1p30); return 1;
     case E_BLOCK: {
         long long b = cli_parse_int("--block-size", v, 1, 128);

@@ -6,7 +6,7 @@
  *   --[no-]enable-chunked-prefill --max-num-batched-tokens
  *   --max-num-seqs --enforce-eager --cuda-graph-sizes --max-seq-len-to-capture
  *   --batching continuous|static --seed --threads --skip-warmup (lab)
- *   --speculative-config (ngram)
+ *   --speculative-config (ngram) --tokenizer DIR
  *
  * They fill an engine_config_t (engine.h), whose defaults
  * (engine_config_default) are vLLM's; engine_create does the rest.

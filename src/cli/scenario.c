@@ -10,7 +10,12 @@
  * directory), loads it with `bench serve` run after run (each with its own --seed), waits for
  * tokens to flow, sets the phase's faults through the admin API, waits settle_s, runs `diagnose
  * --json` over window_s (with the baseline's report as --baseline, and the log as --log), and
- * stops both. The incident matches when the diagnoser names the expected cause and the symptom
+ * stops both. A phase with warm-up flags first runs `bench serve` with them to its end (warm-up
+ * requests before taking traffic). A scenario with golden prompts records their answers in the
+ * baseline phase, once the load flows, and every phase replays them (`diagnose --golden`). One
+ * that watches from boot ("watch": "boot": a cold start) sets its faults at boot (--fault) and
+ * starts diagnose before the load, so the window holds the first requests after boot.
+ * The incident matches when the diagnoser names the expected cause and the symptom
  * measure moved in its direction from the baseline; the remedy helps when the cause is gone and
  * the measure moved back. The verdicts compare each run with its own baseline, never with a
  * fixed timing, so a slower machine does not flip them. Processes, not threads: each phase is
@@ -133,6 +138,8 @@ static void show(const scenario_t *s) {
     print_setup(stdout, "baseline", s->model, &s->baseline);
     print_setup(stdout, "incident", s->model, &s->incident);
     if (s->remedy_text) print_setup(stdout, "remedy", s->model, &s->remedy);
+    if (s->golden)
+        printf("  golden:   %s (the baseline records their answers; every phase replays them)\n", s->golden);
     if (s->measure) printf("  symptom:  %s %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down", s->where);
     printf("  expected: servelab diagnose names %s\n", s->expect);
     if (s->remedy_text) printf("  remedy:   %s\n", s->remedy_text);
@@ -153,6 +160,19 @@ static pid_t spawn(char *const argv[], const char *out_path) {
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     return rc ? -1 : pid;
+}
+
+/* Copies the file at from to to; 0, or -1 (errno). */
+static int copy_file(const char *from, const char *to) {
+    size_t len;
+    sl_err_t err;
+    char *data = sl_read_file(from, 64 << 20, &len, &err);
+    if (!data) return -1;
+    FILE *f = fopen(to, "wb");
+    int rc = f && fwrite(data, 1, len, f) == len ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(data);
+    return rc;
 }
 
 /* SIGTERM, then SIGKILL after timeout_s; reaps it. */
@@ -317,6 +337,95 @@ static int read_report(phase_t *p) {
     return 0;
 }
 
+/* Waits until the server has generated 32 tokens more than now (the load flows); 0, or -1
+ * with err after 120 s. */
+static int wait_for_tokens(const char *base, const char *load_log, char *err, size_t cap) {
+    double g0 = generated(base), deadline = sl_now_s() + 120;
+    while (sl_now_s() < deadline && !(generated(base) >= g0 + 32)) usleep(100000);
+    if (generated(base) >= g0 + 32) return 0;
+    snprintf(err, cap, "the load produced no tokens in 120 s (its log: %s)", load_log);
+    return -1;
+}
+
+/* Sets the setup's faults through the admin API; 0, or -1 with err. */
+static int set_faults(const char *base, const char *admin_key, const scn_setup_t *setup, char *err, size_t cap) {
+    for (int i = 0; i < setup->faults.n; i++) {
+        fault_spec_t spec;
+        char ferr[400], *answer = NULL;
+        int parsed = fault_parse_spec(setup->faults.v[i], &spec, ferr, sizeof ferr);
+        SL_ASSERT(parsed == 0); /* checked when the file was loaded */
+        char *body = fault_spec_to_json(&spec);
+        long st = http(base, "/admin/faults", body, admin_key, &answer);
+        free(body);
+        if (st != 200)
+            snprintf(err, cap, "setting fault %s failed (HTTP %ld): %.300s", setup->faults.v[i], st,
+                     answer ? answer : "");
+        free(answer);
+        if (st != 200) return -1;
+    }
+    return 0;
+}
+
+/* Runs argv to its end, its output into out_path; 0 when it exited 0. */
+static int run_to_end(char *const argv[], const char *out_path) {
+    pid_t pid = spawn(argv, out_path);
+    int st = 1;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Golden prompts: the baseline phase records their answers under its load into a copy in tmp
+ * (the scenario's file is never written); every phase replays them after its window, so the
+ * baseline also shows that they replay alike. 0, or -1 with err. */
+static int record_golden(const scenario_t *s, const char *name, const char *base, const char *golden,
+                         const char *tmp, char *err, size_t cap) {
+    char *rec[] = {(char *)self_exe, "diagnose", "--url", (char *)base, "--record-golden", (char *)golden, NULL};
+    char out[512];
+    snprintf(out, sizeof out, "%s/%.64s-golden.log", tmp, s->name);
+    progress(s, name, "recording the golden prompts' answers");
+    if (copy_file(s->golden, golden) == 0 && run_to_end(rec, out) == 0) return 0;
+    snprintf(err, cap, "recording the golden answers of %s failed (%s)", s->golden, out);
+    return -1;
+}
+
+/* Warm-up requests before taking traffic: one `bench serve` run with the setup's warmup flags,
+ * to its end. 0, or -1 with err. */
+static int run_warmup(const scenario_t *s, const char *name, const char *base, const scn_args_t *warmup,
+                      const char *tmp, char *err, size_t cap) {
+    argv_t a = {0};
+    const char *head[] = {self_exe, "bench", "serve", "--base-url", base, "--model", s->model};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&a, head[i]);
+    argv_add_all(&a, warmup);
+    char out[512];
+    snprintf(out, sizeof out, "%s/%.64s-%s-warmup.log", tmp, s->name, name);
+    progress(s, name, "warm-up requests (bench serve) before the traffic");
+    int rc = run_to_end(a.v, out);
+    argv_free(&a);
+    if (rc) snprintf(err, cap, "the warm-up run failed (its log: %s)", out);
+    return rc;
+}
+
+/* Starts `servelab diagnose --json` over window against base (its report into report_path,
+ * its stderr into err_path); the pid, or -1. */
+static pid_t spawn_diagnose(const char *base, const char *window, const char *log, const char *baseline_report,
+                            const char *golden, const char *report_path, const char *err_path) {
+    argv_t dg = {0};
+    const char *dhead[] = {self_exe, "diagnose", "--url", base, "--window", window, "--interval", "0.5s", "--json",
+                           "--log", log};
+    for (size_t i = 0; i < sizeof dhead / sizeof dhead[0]; i++) argv_add(&dg, dhead[i]);
+    if (baseline_report) argv_add(&dg, "--baseline"), argv_add(&dg, baseline_report);
+    if (golden) argv_add(&dg, "--golden"), argv_add(&dg, golden);
+    /* diagnose's stdout is the report; its stderr goes beside it. */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, report_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, self_exe, &fa, NULL, dg.v, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    argv_free(&dg);
+    return rc ? -1 : pid;
+}
+
 static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
                       const char *baseline_report, phase_t *p) {
     memset(p, 0, sizeof *p);
@@ -340,6 +449,8 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
                           "--enable-fault-injection", "--admin-key", admin_key};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&srv, head[i]);
     argv_add_all(&srv, &setup->server);
+    if (s->watch_boot) /* the faults act from boot, as --fault sets them */
+        for (int i = 0; i < setup->faults.n; i++) argv_add(&srv, "--fault"), argv_add(&srv, setup->faults.v[i]);
     progress(s, name, "starting servelab serve");
     pid_t server = port > 0 ? spawn(srv.v, log) : -1;
     argv_free(&srv);
@@ -359,63 +470,50 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         return;
     }
 
+    char golden[512], diag_out[512];
+    snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, s->name);
+    snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
+    if (setup->warmup.n && run_warmup(s, name, base, &setup->warmup, tmp, p->err, sizeof p->err)) {
+        stop_process(server, 30);
+        return;
+    }
+
     load_t load = {.log = load_log};
     pthread_mutex_init(&load.mu, NULL);
     const char *lhead[] = {self_exe, "bench", "serve", "--base-url", base, "--model", s->model};
     for (size_t i = 0; i < sizeof lhead / sizeof lhead[0]; i++) argv_add(&load.argv, lhead[i]);
     argv_add_all(&load.argv, &setup->load);
-    pthread_create(&load.thread, NULL, load_main, &load);
-    progress(s, name, "load started (bench serve); waiting for tokens");
-    double g0 = generated(base), flow_deadline = sl_now_s() + 120;
-    while (sl_now_s() < flow_deadline && !(generated(base) >= g0 + 32)) usleep(100000);
-    if (!(generated(base) >= g0 + 32)) {
-        snprintf(p->err, sizeof p->err, "the load produced no tokens in 120 s (its log: %s)", load_log);
-        load_stop(&load);
-        stop_process(server, 30);
-        return;
+    pid_t diag = -1;
+    if (s->watch_boot) {
+        /* The first requests after boot are the point: diagnose takes its first scrape before
+         * the load starts, and its window holds them. */
+        char what[160];
+        snprintf(what, sizeof what, "diagnose watches %gs from before the first request", s->window_s);
+        progress(s, name, what);
+        diag = spawn_diagnose(base, window, log, baseline_report, NULL, p->report_path, diag_out);
+        usleep(500000);
     }
-    for (int i = 0; i < setup->faults.n; i++) {
-        fault_spec_t spec;
-        char ferr[400], *answer = NULL;
-        int parsed = fault_parse_spec(setup->faults.v[i], &spec, ferr, sizeof ferr);
-        SL_ASSERT(parsed == 0); /* checked when the file was loaded */
-        char *body = fault_spec_to_json(&spec);
-        long st = http(base, "/admin/faults", body, admin_key, &answer);
-        free(body);
-        if (st != 200) {
-            snprintf(p->err, sizeof p->err, "setting fault %s failed (HTTP %ld): %.300s", setup->faults.v[i], st,
-                     answer ? answer : "");
-            free(answer);
+    pthread_create(&load.thread, NULL, load_main, &load);
+    if (!s->watch_boot) {
+        progress(s, name, "load started (bench serve); waiting for tokens");
+        if (wait_for_tokens(base, load_log, p->err, sizeof p->err) ||
+            set_faults(base, admin_key, setup, p->err, sizeof p->err) ||
+            (s->golden && !baseline_report && record_golden(s, name, base, golden, tmp, p->err, sizeof p->err))) {
             load_stop(&load);
             stop_process(server, 30);
             return;
         }
-        free(answer);
+        char what[160];
+        snprintf(what, sizeof what, "%sdiagnose watches %gs after %gs", setup->faults.n ? "faults set; " : "",
+                 s->window_s, s->settle_s);
+        progress(s, name, what);
+        struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
+        diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL, p->report_path,
+                              diag_out);
     }
-    char what[160];
-    snprintf(what, sizeof what, "%s%sdiagnose watches %gs after %gs", setup->faults.n ? "faults set; " : "",
-             "", s->window_s, s->settle_s);
-    progress(s, name, what);
-    struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {}
-
-    argv_t dg = {0};
-    const char *dhead[] = {self_exe, "diagnose", "--url", base, "--window", window, "--interval", "0.5s", "--json",
-                           "--log", log};
-    for (size_t i = 0; i < sizeof dhead / sizeof dhead[0]; i++) argv_add(&dg, dhead[i]);
-    if (baseline_report) argv_add(&dg, "--baseline"), argv_add(&dg, baseline_report);
-    char diag_out[512];
-    snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
-    /* diagnose's stdout is the report; its stderr goes beside it. */
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, p->report_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, diag_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t diag;
     int status = 0;
-    bool ran = posix_spawn(&diag, self_exe, &fa, NULL, dg.v, environ) == 0 && waitpid(diag, &status, 0) == diag;
-    posix_spawn_file_actions_destroy(&fa);
-    argv_free(&dg);
+    bool ran = diag > 0 && waitpid(diag, &status, 0) == diag;
     load_stop(&load);
     stop_process(server, 30);
     int code = ran && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -423,6 +521,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         snprintf(p->err, sizeof p->err, "servelab diagnose failed (exit %d; %s)", code, diag_out);
         return;
     }
+
     if (read_report(p)) return;
     p->ok = true;
 }

@@ -242,7 +242,7 @@ int cli_serve(int argc, char **argv) {
     LOG_INFO("args: model='%s', host=%s, port=%d", model, sc.host ? sc.host : "None", sc.port);
     char *tmpl_src = NULL;
     chat_template_t *tmpl = NULL;
-    int r = chat_template_source(model, chat_template, &tmpl_src, &err);
+    int r = chat_template_source(ea.tokenizer_dir ? ea.tokenizer_dir : model, chat_template, &tmpl_src, &err);
     if (r < 0) sl_die("%s", err.msg);
     if (r == 0 && !(tmpl = chat_template_compile(tmpl_src, strlen(tmpl_src), &err)))
         sl_die("chat template: %s", err.msg);

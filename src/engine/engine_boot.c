@@ -72,7 +72,7 @@ static int32_t max_logit_rows(const engine_config_t *c) {
 /* The model and tokenizer on `ops`; frees what it made on failure. */
 static int load_model(const engine_config_t *c, const model_load_opts_t *load, const sl_ops_t *ops,
                       llama_model_t *m, tokenizer_t **tok, sl_err_t *err) {
-    if (!(*tok = tok_load(c->model_dir, err))) return -1;
+    if (!(*tok = tok_load(c->tokenizer_dir ? c->tokenizer_dir : c->model_dir, err))) return -1;
     if (llama_init(m, c->model_dir, load, ops, c->sched.max_num_batched_tokens, max_logit_rows(c), err)) {
         add_device_error(ops, err);
         tok_free(*tok);

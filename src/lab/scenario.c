@@ -99,10 +99,10 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
     snprintf(where, sizeof where, "%s: ", key);
     if (!o && required) return fail(err, cap, "\"%s\" is required", key);
     if (o && !cJSON_IsObject(o)) return fail(err, cap, "\"%s\" must be an object", key);
-    static const char *const keys[] = {"server", "faults", "load", "text", NULL};
+    static const char *const keys[] = {"server", "faults", "load", "warmup", "text", NULL};
     const char *bad;
     if (o && !only_keys(o, keys, &bad))
-        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load%s)", where,
+        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup%s)", where,
                     shown(bad, (char[64]){0}, 64), text ? ", text" : "");
     if (o && !text && cJSON_GetObjectItemCaseSensitive(o, "text"))
         return fail(err, cap, "%s\"text\" belongs to the remedy", where);
@@ -110,8 +110,9 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
         {"server", &s->server, inherit ? &inherit->server : NULL},
         {"faults", &s->faults, inherit ? &inherit->faults : NULL},
         {"load", &s->load, inherit ? &inherit->load : NULL},
+        {"warmup", &s->warmup, inherit ? &inherit->warmup : NULL},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         bool present = false;
         if (o && get_args(o, parts[i].k, parts[i].dst, &present, where, err, cap)) return -1;
         if (!present && parts[i].from) args_copy(parts[i].dst, parts[i].from);
@@ -131,15 +132,29 @@ static int get_seconds(const cJSON *root, const char *key, double dflt, double l
     return 0;
 }
 
+/* "watch": "load" (the default: diagnose watches once the load flows) or "boot". */
+static int get_watch(const cJSON *root, bool *boot, char *err, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "watch");
+    *boot = false;
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || (strcmp(v->valuestring, "load") && strcmp(v->valuestring, "boot")))
+        return fail(err, cap, "\"watch\" must be \"load\" or \"boot\"");
+    *boot = !strcmp(v->valuestring, "boot");
+    return 0;
+}
+
 static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
-                                       "incident", "remedy", "symptom", "expect", "window_s", "settle_s", NULL};
+                                       "incident", "remedy", "symptom", "expect", "window_s", "settle_s", "golden",
+                                       "watch", NULL};
     const char *bad;
     if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
     if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
         get_str(root, "section", true, &s->section, "", err, cap) ||
         get_str(root, "quote", true, &s->quote, "", err, cap) || get_str(root, "model", true, &s->model, "", err, cap) ||
         get_str(root, "imitation", false, &s->imitation, "", err, cap) ||
+        get_str(root, "golden", false, &s->golden, "", err, cap) ||
+        get_watch(root, &s->watch_boot, err, cap) ||
         get_str(root, "expect", true, &s->expect, "", err, cap))
         return -1;
     if (!diag_is_cause(s->expect))
@@ -149,6 +164,8 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
         get_setup(root, "incident", true, &s->incident, &s->baseline, NULL, err, cap) ||
         get_setup(root, "remedy", false, &s->remedy, &s->baseline, &s->remedy_text, err, cap))
         return -1;
+    if (s->golden && s->watch_boot)
+        return fail(err, cap, "\"golden\" needs \"watch\": \"load\" (recording its answers would warm the server)");
     bool healthy = !strcmp(s->expect, "healthy");
     if (!s->remedy_text && cJSON_GetObjectItemCaseSensitive(root, "remedy"))
         return fail(err, cap, "remedy: \"text\" is required");
@@ -213,6 +230,7 @@ static void setup_free(scn_setup_t *s) {
     args_free(&s->server);
     args_free(&s->faults);
     args_free(&s->load);
+    args_free(&s->warmup);
 }
 
 void scenario_free(scenario_t *s) {
@@ -223,6 +241,7 @@ void scenario_free(scenario_t *s) {
     free(s->quote);
     free(s->model);
     free(s->imitation);
+    free(s->golden);
     setup_free(&s->baseline);
     setup_free(&s->incident);
     setup_free(&s->remedy);

@@ -49,6 +49,39 @@ static void refused(const char *from, const char *to, const char *says) {
     CHECK(s.name == NULL && s.title == NULL);
 }
 
+/* The optional fields: golden prompts, watching from boot, a warm-up run (inherited like the rest). */
+static void test_golden_watch_and_warmup(void) {
+    scenario_t s;
+    char err[256];
+    CHECK_EQ_INT(scenario_parse(MINIMAL, strlen(MINIMAL), "q", &s, err, sizeof err), 0);
+    CHECK(s.golden == NULL && !s.watch_boot && s.baseline.warmup.n == 0 && s.remedy.warmup.n == 0);
+    scenario_free(&s);
+    const char *doc =
+        "{\"title\": \"t\", \"seed\": \"000\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m\","
+        " \"watch\": \"boot\", \"baseline\": {\"load\": [\"--max-concurrency\", \"4\"], \"warmup\": [\"--num-prompts\", \"4\"]},"
+        " \"incident\": {\"faults\": [\"cold_start:steps=3,ms=600\"]},"
+        " \"remedy\": {\"text\": \"warm up\", \"warmup\": [\"--num-prompts\", \"8\"]},"
+        " \"symptom\": {\"measure\": \"first_ttft_ratio\", \"direction\": \"up\", \"where\": \"TTFT\"},"
+        " \"expect\": \"cold_start\"}";
+    CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "c", &s, err, sizeof err), 0);
+    CHECK(s.watch_boot);
+    CHECK(s.incident.warmup.n == 2 && !strcmp(s.incident.warmup.v[1], "4")); /* the baseline's */
+    CHECK(s.remedy.warmup.n == 2 && !strcmp(s.remedy.warmup.v[1], "8"));
+    scenario_free(&s);
+    refused("\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\", \"watch\": \"boot\"",
+            "\"golden\" needs \"watch\": \"load\"");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"watch\": \"later\"", "\"watch\" must be \"load\" or \"boot\"");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"golden\": \"\"", "\"golden\" must be a non-empty string");
+    refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"warmup\": \"--num-prompts 4\"",
+            "remedy: \"warmup\" must be an array of strings");
+    const char *golden = "{\"title\": \"t\", \"seed\": \"000\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m\","
+                         " \"golden\": \"lab/g.json\", \"baseline\": {\"load\": [\"--num-prompts\", \"4\"]},"
+                         " \"incident\": {}, \"expect\": \"healthy\"}";
+    CHECK_EQ_INT(scenario_parse(golden, strlen(golden), "g", &s, err, sizeof err), 0);
+    CHECK(!strcmp(s.golden, "lab/g.json"));
+    scenario_free(&s);
+}
+
 static void test_refusals_name_the_field(void) {
     refused("\"expect\": \"queueing\"", "\"expect\": \"slow\"", "\"slow\" is not a cause servelab diagnose names");
     refused("\"measure\": \"ttft_p50\"", "\"measure\": \"ttft\"", "\"ttft\" is not a servelab diagnose measure");
@@ -114,6 +147,7 @@ int main(void) {
     test_seed();
     RUN(test_incident_and_remedy_inherit_what_they_leave_out);
     RUN(test_refusals_name_the_field);
+    RUN(test_golden_watch_and_warmup);
     RUN(test_committed_scenarios_parse);
     return test_summary();
 }
