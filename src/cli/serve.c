@@ -242,13 +242,15 @@ int cli_serve(int argc, char **argv) {
     LOG_INFO("args: model='%s', host=%s, port=%d", model, sc.host ? sc.host : "None", sc.port);
     char *tmpl_src = NULL;
     chat_template_t *tmpl = NULL;
-    int r = chat_template_source(ea.tokenizer_dir ? ea.tokenizer_dir : model, chat_template, &tmpl_src, &err);
+    /* The chat template and its special tokens are the tokenizer's, as in vLLM. */
+    const char *tok_dir = ea.tokenizer_dir ? ea.tokenizer_dir : model;
+    int r = chat_template_source(tok_dir, chat_template, &tmpl_src, &err);
     if (r < 0) sl_die("%s", err.msg);
     if (r == 0 && !(tmpl = chat_template_compile(tmpl_src, strlen(tmpl_src), &err)))
         sl_die("chat template: %s", err.msg);
-    if (r == 1) LOG_WARNING("No chat template found for %s: chat requests will be refused", model);
+    if (r == 1) LOG_WARNING("No chat template found for %s: chat requests will be refused", tok_dir);
     free(tmpl_src);
-    cJSON *special = chat_special_tokens_load(model, &err);
+    cJSON *special = chat_special_tokens_load(tok_dir, &err);
     if (!special) sl_die("%s", err.msg);
 
     double stats_interval = 10.0;

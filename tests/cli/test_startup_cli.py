@@ -74,6 +74,13 @@ def main():
               "Hugging Face checkpoint directory" in lines[0] and "config.json" in lines[0] and
               "python3 tools/make_model.py --preset small --out models/small" in lines[0], "\n".join(lines)[-400:])
 
+    # --tokenizer naming no tokenizer: exit 1, one error line naming what it looked for.
+    res, took = run([sl, "serve", model, "--port", "0", "--tokenizer", "/nonexistent"], timeout=60)
+    errs = error_lines(res.stderr)
+    check("serve --tokenizer /nonexistent: exit 1 with one line naming the tokenizer files",
+          res.returncode == 1 and len(errs) == 1 and errs[0].startswith("servelab: error: /nonexistent/") and
+          "tokenizer" in errs[0], res.stderr[-400:])
+
     # --help for every bench form: usage on stdout, exit 0.
     for sub in ([], ["decode"], ["throughput"], ["scheduler"], ["serve"], ["compare"]):
         res, _ = run([sl, "bench", *sub, "--help"], timeout=30)
