@@ -43,6 +43,7 @@ typedef struct {
     int direction;      /* +1: it rises in the incident, -1: it falls */
     char *where;        /* where an operator sees it (a series, a log line) */
     double window_s, settle_s; /* diagnose's window; load before it starts */
+    int expected_inflight; /* 0, or the requests the clients hold (diagnose --expected-inflight) */
     bool watch_boot;    /* "watch": "boot": faults are set at boot (--fault), and diagnose watches
                          * from before the load starts (the first requests after boot); else it
                          * watches once the load flows and the faults are set */

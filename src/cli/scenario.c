@@ -407,13 +407,17 @@ static int run_warmup(const scenario_t *s, const char *name, const char *base, c
 /* Starts `servelab diagnose --json` over window against base (its report into report_path,
  * its stderr into err_path); the pid, or -1. */
 static pid_t spawn_diagnose(const char *base, const char *window, const char *log, const char *baseline_report,
-                            const char *golden, const char *report_path, const char *err_path) {
+                            const char *golden, int expected_inflight, const char *report_path,
+                            const char *err_path) {
     argv_t dg = {0};
     const char *dhead[] = {self_exe, "diagnose", "--url", base, "--window", window, "--interval", "0.5s", "--json",
                            "--log", log};
     for (size_t i = 0; i < sizeof dhead / sizeof dhead[0]; i++) argv_add(&dg, dhead[i]);
     if (baseline_report) argv_add(&dg, "--baseline"), argv_add(&dg, baseline_report);
     if (golden) argv_add(&dg, "--golden"), argv_add(&dg, golden);
+    char inflight[16];
+    snprintf(inflight, sizeof inflight, "%d", expected_inflight);
+    if (expected_inflight > 0) argv_add(&dg, "--expected-inflight"), argv_add(&dg, inflight);
     /* diagnose's stdout is the report; its stderr goes beside it. */
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -490,7 +494,8 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         char what[160];
         snprintf(what, sizeof what, "diagnose watches %gs from before the first request", s->window_s);
         progress(s, name, what);
-        diag = spawn_diagnose(base, window, log, baseline_report, NULL, p->report_path, diag_out);
+        diag = spawn_diagnose(base, window, log, baseline_report, NULL, s->expected_inflight, p->report_path,
+                              diag_out);
         usleep(500000);
     }
     pthread_create(&load.thread, NULL, load_main, &load);
@@ -509,8 +514,8 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         progress(s, name, what);
         struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}
-        diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL, p->report_path,
-                              diag_out);
+        diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL,
+                              s->expected_inflight, p->report_path, diag_out);
     }
     int status = 0;
     bool ran = diag > 0 && waitpid(diag, &status, 0) == diag;

@@ -146,7 +146,7 @@ static int get_watch(const cJSON *root, bool *boot, char *err, size_t cap) {
 static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
                                        "incident", "remedy", "symptom", "expect", "window_s", "settle_s", "golden",
-                                       "watch", NULL};
+                                       "watch", "expected_inflight", NULL};
     const char *bad;
     if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
     if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
@@ -164,6 +164,11 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
         get_setup(root, "incident", true, &s->incident, &s->baseline, NULL, err, cap) ||
         get_setup(root, "remedy", false, &s->remedy, &s->baseline, &s->remedy_text, err, cap))
         return -1;
+    const cJSON *inflight = cJSON_GetObjectItemCaseSensitive(root, "expected_inflight");
+    if (inflight && !(cJSON_IsNumber(inflight) && inflight->valuedouble >= 1 && inflight->valuedouble <= 100000 &&
+                      inflight->valuedouble == floor(inflight->valuedouble)))
+        return fail(err, cap, "\"expected_inflight\" must be a whole number of requests in [1, 100000]");
+    s->expected_inflight = inflight ? (int)inflight->valuedouble : 0;
     if (s->golden && s->watch_boot)
         return fail(err, cap, "\"golden\" needs \"watch\": \"load\" (recording its answers would warm the server)");
     bool healthy = !strcmp(s->expect, "healthy");

@@ -70,6 +70,8 @@ static void test_golden_watch_and_warmup(void) {
     scenario_free(&s);
     refused("\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\", \"watch\": \"boot\"",
             "\"golden\" needs \"watch\": \"load\"");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"expected_inflight\": 2.5", "\"expected_inflight\" must be a whole number");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"expected_inflight\": 0", "\"expected_inflight\" must be a whole number");
     refused("\"window_s\": 4", "\"window_s\": 4, \"watch\": \"later\"", "\"watch\" must be \"load\" or \"boot\"");
     refused("\"window_s\": 4", "\"window_s\": 4, \"golden\": \"\"", "\"golden\" must be a non-empty string");
     refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"warmup\": \"--num-prompts 4\"",
@@ -78,7 +80,7 @@ static void test_golden_watch_and_warmup(void) {
                          " \"golden\": \"lab/g.json\", \"baseline\": {\"load\": [\"--num-prompts\", \"4\"]},"
                          " \"incident\": {}, \"expect\": \"healthy\"}";
     CHECK_EQ_INT(scenario_parse(golden, strlen(golden), "g", &s, err, sizeof err), 0);
-    CHECK(!strcmp(s.golden, "lab/g.json"));
+    CHECK(!strcmp(s.golden, "lab/g.json") && s.expected_inflight == 0);
     scenario_free(&s);
 }
 
