@@ -536,6 +536,20 @@ static double both_grew(rule_ctx_t *c, diag_measure_t p50, diag_measure_t mean) 
     return fmin(a, b); /* NAN when either is unknown: no rule fires on it */
 }
 
+/* The inter-token latency's tail tripled while its median did not grow by
+ * half: most steps are as fast as before and a few take far longer, as when
+ * a long prompt's whole prefill runs in one step and every running request
+ * waits for it (seed 000: "head-of-line blocking from a few huge requests";
+ * seed 003: "missing chunked-prefill"). A slower engine moves the median too
+ * (decode_bound), a larger batch moves it too (batch_knee). */
+static double r_hol_blocking(rule_ctx_t *c) {
+    if (!c->b) return 0;
+    double p95 = vs_base(c, DM_itl_p95), p50 = vs_base(c, DM_itl_p50);
+    ev(c, DM_prompt_tokens_per_request);
+    ev(c, DM_ttft_p95);
+    return p95 >= 3 && !(p50 >= 1.5) ? p95 / 3 : 0;
+}
+
 /* TTFT doubled without queueing, by at least a tenth of a request's whole
  * latency (a change users see), and not with decoding as slow: prefill got
  * heavier (seed 004: "waiting ~ 0 but TTFT high: compute-bound prefill").
@@ -658,6 +672,10 @@ static const rule_t rules[] = {
       "(seed 002: check the speculative acceptance rate)",
       "Speculate where outputs repeat their context (code edits, extraction, summaries) at low temperature; "
       "sampled creative text rejects most drafts"}},
+    {"hol_blocking", "head-of-line blocking: a few long steps stall every running request", r_hol_blocking, true,
+     {"Enable chunked prefill with a step budget (--max-num-batched-tokens) that bounds the prefill a step "
+      "carries (seed 003: \"missing chunked-prefill\")",
+      "Isolate long jobs on their own replicas and enforce max output tokens (seed 000)"}},
     {"prefill_bound", "prefill is slow: TTFT high without queueing", r_prefill_bound, true,
      {"Long prompts: enable chunked prefill and prefix caching (seed 000)",
       "Reduce prompt tokens or route long prompts to their own pool (seed 002)",

@@ -320,6 +320,18 @@ static void test_rules_against_a_baseline(void) {
     m.v[DM_ttft_p50] = 0.15, m.v[DM_ttft_mean] = 0.15, m.v[DM_itl_p50] = 0.03, m.v[DM_itl_mean] = 0.03;
     top(&m, &b, "prefill_bound", &fired);
     CHECK(!fired);
+    /* ITL p95 x3 with the median unmoved: a few long steps (head-of-line blocking); with the
+     * median up by half, not. */
+    b.v[DM_itl_p95] = 0.02;
+    m = b, m.v[DM_itl_p95] = 0.3, m.v[DM_itl_p50] = 0.012, m.v[DM_itl_mean] = 0.014;
+    CHECK(!strcmp(top(&m, &b, "hol_blocking", &fired), "hol_blocking"));
+    m.v[DM_itl_p95] = 0.059;
+    top(&m, &b, "hol_blocking", &fired);
+    CHECK(!fired);
+    m.v[DM_itl_p95] = 0.3, m.v[DM_itl_p50] = 0.015;
+    top(&m, &b, "hol_blocking", &fired);
+    CHECK(!fired);
+    b.v[DM_itl_p95] = NAN;
     /* CPU per prompt token x10 because the engine now computes what the prefix cache served (its
      * own prefill time grew with TTFT): not the tokenizer. */
     b.v[DM_prefill_time_mean] = 0.04;
