@@ -34,16 +34,24 @@ static inline uint64_t kt_seed_from_env(void) {
     return seed;
 }
 
-static inline size_t kt_size(sl_dtype_t dt) { return dt == DTYPE_F32 ? 4 : 2; }
+/* f32, bf16 and f16 (activations, weights, KV caches); fp8 e4m3 / e5m2 (KV caches). */
+static inline size_t kt_size(sl_dtype_t dt) { return dtype_size(dt); }
 static inline const char *kt_name(sl_dtype_t dt) {
-    return dt == DTYPE_F32 ? "f32" : dt == DTYPE_BF16 ? "bf16" : "f16";
+    switch (dt) {
+    case DTYPE_F32: return "f32";
+    case DTYPE_BF16: return "bf16";
+    case DTYPE_F16: return "f16";
+    case DTYPE_F8_E4M3: return "fp8_e4m3";
+    case DTYPE_F8_E5M2: return "fp8_e5m2";
+    default: return "?";
+    }
 }
 
 /* n uniform values in [lo, hi) from rng, rounded to dt in place (so host and device agree). */
 static inline void kt_fill_with(uint64_t (*rng)(void), float *x, int64_t n, float lo, float hi, sl_dtype_t dt) {
     for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((double)(rng() >> 11) / 9007199254740992.0);
     if (dt != DTYPE_F32) {
-        void *tmp = malloc((size_t)n * 2);
+        void *tmp = malloc((size_t)n * dtype_size(dt));
         dtype_from_f32(tmp, x, dt, n);
         dtype_to_f32(x, tmp, dt, n);
         free(tmp);

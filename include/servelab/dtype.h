@@ -73,7 +73,7 @@ uint16_t f32_to_f16(float f);
 
 /* fp8 as NVIDIA's cvt.rn.satfinite (vLLM's fp8 KV cache with scale 1.0): round to nearest
  * even; a finite value or an infinity beyond the largest finite one saturates to it (448,
- * 57344), NaN stays NaN (0x7f with the sign). The widening is exact. */
+ * 57344), any NaN becomes the canonical NaN 0x7f. The widening is exact. */
 uint8_t f32_to_fp8_e4m3(float f);
 uint8_t f32_to_fp8_e5m2(float f);
 float fp8_e4m3_to_f32(uint8_t b);

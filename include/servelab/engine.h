@@ -55,7 +55,8 @@ typedef struct {
     bool enable_prefix_caching;     /* (true) */
     kv_hash_algo_t prefix_caching_hash_algo; /* --prefix-caching-hash-algo (sha256, the zero value) */
     const char *kv_cache_dtype;     /* --kv-cache-dtype: NULL or "auto" (the model's dtype), "fp8" (=
-                                       "fp8_e4m3"), "fp8_e5m2"; fp8 on the CPU only, scale 1.0 */
+                                       "fp8_e4m3"), "fp8_e5m2"; scale 1.0 (on CUDA with 16-bit
+                                       activations only) */
     /* The scheduler: budget, max seqs, chunking, static batching. max_model_len
      * is the resolved --max-model-len (engine_create fills it in). */
     sched_config_t sched;

@@ -181,6 +181,8 @@ void cpu_backend_log_kernels(const sl_ops_t *ops);
 typedef struct {
     int device;             /* CUDA device index */
     sl_dtype_t act_dtype;   /* activations, KV cache and every weight: F32, BF16 or F16 */
+    sl_dtype_t kv_fp8;      /* DTYPE_F8_E4M3 or DTYPE_F8_E5M2: the KV cache in that fp8 dtype
+                               (--kv-cache-dtype; 16-bit act_dtype only); 0: in act_dtype */
     int instance;           /* which backend of this process: the tensor-parallel rank (0 with one) */
 } cuda_backend_opts_t;
 #define CUDA_MAX_INSTANCES 16

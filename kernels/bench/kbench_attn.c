@@ -37,7 +37,7 @@ typedef struct {
 
 static void launch_attn(kb_ctx_t *c, void *arg) {
     attn_arg_t *a = arg;
-    KB_LAUNCH(slk_attention(a->out, a->q, a->kc, a->vc, &a->meta, a->H, a->Hkv, a->D, BLOCK, a->scale, a->dt,
+    KB_LAUNCH(slk_attention(a->out, a->q, a->kc, a->vc, &a->meta, a->H, a->Hkv, a->D, BLOCK, a->scale, a->dt, a->dt,
                             a->ws_bytes ? a->ws : NULL, a->ws_bytes, c->stream));
 }
 

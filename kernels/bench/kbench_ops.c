@@ -173,7 +173,7 @@ typedef struct {
 static void launch_rope(kb_ctx_t *c, void *arg) {
     rope_arg_t *a = arg;
     KB_LAUNCH(slk_rope_kv_write(a->q, a->k, a->v, a->kc, a->vc, a->pos, a->slots, a->T, a->H, a->Hkv, a->D, a->theta,
-                                1.0f, a->dt, c->stream));
+                                1.0f, a->dt, a->dt, c->stream));
 }
 
 /* T tokens at random positions below 8192, written to the slots of a paged

@@ -7,7 +7,11 @@
  * from common.cuh on purpose: the attention kernels need only these few
  * helpers. Every helper reads or writes exactly 16 bytes: 4 fp32 or 8 16-bit
  * values, converted to / from fp32 with round-to-nearest-even, as the CPU
- * reference's dtype_from_f32 does.
+ * reference's dtype_from_f32 does. The KV cache's element type KV is T, or
+ * with 16-bit T an fp8 one (fp8.cuh): the same Vec<T>::N elements per
+ * vector then take 8 bytes, so every kernel keeps T's thread layout and
+ * only its K / V loads change (ldg_kv + unpack_kv, or ldg_kv_as for the
+ * kernels that stage K and V in T).
  */
 #ifndef SERVELAB_ATTENTION_COMMON_CUH
 #define SERVELAB_ATTENTION_COMMON_CUH
@@ -19,8 +23,10 @@
 #include <string.h>
 
 #include <mutex>
+#include <type_traits>
 
 #include "attention_plan.h"
+#include "fp8.cuh"
 
 namespace slattn {
 
@@ -107,6 +113,54 @@ __device__ __forceinline__ void store4(T *p, float a, float b, float c, float d)
     }
 }
 
+/* ---- the KV cache's elements: T, or fp8 with 16-bit T ---------------------------- */
+
+enum KvKind { KV_AS_T, KV_E4M3, KV_E5M2 };
+
+template <int BYTES> struct RawOf;
+template <> struct RawOf<16> { using type = uint4; };
+template <> struct RawOf<8> { using type = uint2; };
+
+/* Vec<T>::N elements of a KV row as loaded: 16 bytes of T, or 8 fp8 codes. */
+template <typename T, typename KV> using kv_raw_t = typename RawOf<Vec<T>::N * (int)sizeof(KV)>::type;
+
+/* Loads Vec<T>::N elements of KV at p (aligned to their size), unconverted. */
+template <typename T, typename KV> __device__ __forceinline__ kv_raw_t<T, KV> ldg_kv(const KV *__restrict__ p) {
+    static_assert(std::is_same_v<T, KV> || (slfp8::is_fp8<KV> && sizeof(T) == 2), "KV is T, or fp8 with 16-bit T");
+    return __ldg(reinterpret_cast<const kv_raw_t<T, KV> *>(p));
+}
+
+/* What ldg_kv<T, KV> returned as Vec<T>::N floats (exact). */
+template <typename T, typename KV> __device__ __forceinline__ void unpack_kv(const kv_raw_t<T, KV> &u, float *f) {
+    if constexpr (std::is_same_v<T, KV>) {
+        unpack16<T>(u, f);
+    } else {
+        const uint32_t w[2] = {u.x, u.y};
+        slfp8::decode<KV, 8>(w, f);
+    }
+}
+
+/* Loads 8 elements of KV at p as the 16 bytes of 16-bit T they equal (fp8
+ * values are exact in bf16 and f16), for the kernels that stage K and V
+ * tiles in T. */
+template <typename T, typename KV> __device__ __forceinline__ uint4 ldg_kv_as(const KV *__restrict__ p) {
+    static_assert(sizeof(T) == 2, "16-bit T");
+    if constexpr (std::is_same_v<T, KV>) {
+        return ldg16(p);
+    } else {
+        const uint2 u = ldg_kv<T, KV>(p);
+        const T *tag = nullptr;
+        const uint32_t pairs[4] = {u.x, u.x >> 16, u.y, u.y >> 16}; /* decode2 reads the low 16 bits */
+        uint32_t o[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = slfp8::decode2<KV>(pairs[i]);
+            o[i] = f2_to_u32(f.x, f.y, tag);
+        }
+        return make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 template <typename T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
@@ -134,7 +188,8 @@ __device__ __forceinline__ int64_t kv_slot(const int32_t *__restrict__ table, in
 struct AttnArgs {
     void *out;                    /* (T, H, D) dt */
     const void *q;                /* (T, H, D) dt */
-    const void *k_cache, *v_cache; /* (n_blocks * block_size, Hkv, D) dt */
+    const void *k_cache, *v_cache; /* (n_blocks * block_size, Hkv, D) dt, or fp8 (kv) */
+    KvKind kv;                    /* the cache's element type */
     const int32_t *positions;     /* (T) */
     const int32_t *query_start;   /* (S+1) */
     const int32_t *block_tables;  /* (S, max_blocks) */
@@ -166,14 +221,14 @@ static inline cudaError_t allow_dynamic_smem(const void *kern, size_t bytes) {
 /* Raises the kernel's shared-memory limit when it needs more than the
  * default 48 KB (once, allow_dynamic_smem), then launches it on the plan's
  * grid (every prefill kernel takes these arguments). */
-template <typename T, typename Kern>
+template <typename T, typename KV, typename Kern>
 static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_plan_t *pl, const AttnArgs &a,
                                        cudaStream_t st) {
     cudaError_t err;
     if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), smem_bytes))) return err;
     const dim3 grid((unsigned)pl->prefill_grid[0], (unsigned)pl->prefill_grid[1], (unsigned)pl->prefill_grid[2]);
     kern<<<grid, ATTN_THREADS, smem_bytes, st>>>(static_cast<T *>(a.out), static_cast<const T *>(a.q),
-                                                 static_cast<const T *>(a.k_cache), static_cast<const T *>(a.v_cache),
+                                                 static_cast<const KV *>(a.k_cache), static_cast<const KV *>(a.v_cache),
                                                  a.positions, a.query_start, a.block_tables, a.max_blocks,
                                                  a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, a.scale);
     return cudaGetLastError();

@@ -92,12 +92,12 @@ template <typename T, int D, int GT> struct DecodeLayout {
     static_assert((UNION * 4) % 16 == 0 && (P * 4) % 16 == 0, "float4 alignment");
 };
 
-template <typename T, int D, int GT>
+template <typename T, typename KV, int D, int GT>
 __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOCKS)
     attn_decode_kernel(T *__restrict__ out,                 /* (T, H, D) */
                        const T *__restrict__ q,             /* (T, H, D) */
-                       const T *__restrict__ kc,            /* (slots, Hkv, D) */
-                       const T *__restrict__ vc,            /* (slots, Hkv, D) */
+                       const KV *__restrict__ kc,           /* (slots, Hkv, D) */
+                       const KV *__restrict__ vc,           /* (slots, Hkv, D) */
                        const int32_t *__restrict__ positions,    /* (T) */
                        const int32_t *__restrict__ query_start,  /* (S+1) */
                        const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
@@ -134,21 +134,22 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
 
     const int32_t *table = block_tables + (int64_t)s * max_blocks;
     const int64_t kv_stride = (int64_t)Hkv * D; /* elements between consecutive slots */
-    const T *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
+    const KV *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
     const int li = tid % LPR, grp = tid / LPR;  /* QK: lane in group, group */
     const int warp = tid >> 5, lane = tid & 31; /* max phase */
     const int vc_chunk = tid % NCH, vtg = tid / NCH; /* PV: column chunk, token group */
 
-    /* A thread's share of a tile's K rows (QK) and V rows (PV), raw 16 bytes each. */
-    uint4 kr[PF ? KR : 1][CPL];
-    uint4 vr[PF ? VR : 1];
-    auto load_k = [&](const int64_t *slots, int r, uint4 *dst) { /* round r of QK */
-        const T *krow = kbase + slots[grp + r * NGRP] * kv_stride;
+    /* A thread's share of a tile's K rows (QK) and V rows (PV), VEC raw elements each. */
+    using Raw = kv_raw_t<T, KV>;
+    Raw kr[PF ? KR : 1][CPL];
+    Raw vr[PF ? VR : 1];
+    auto load_k = [&](const int64_t *slots, int r, Raw *dst) { /* round r of QK */
+        const KV *krow = kbase + slots[grp + r * NGRP] * kv_stride;
 #pragma unroll
-        for (int i = 0; i < CPL; i++) dst[i] = ldg16(krow + (li + LPR * i) * VEC);
+        for (int i = 0; i < CPL; i++) dst[i] = ldg_kv<T, KV>(krow + (li + LPR * i) * VEC);
     };
     auto load_v = [&](const int64_t *slots, int r) { /* round r of PV */
-        return ldg16(vbase + slots[vtg + r * NG] * kv_stride + vc_chunk * VEC);
+        return ldg_kv<T, KV>(vbase + slots[vtg + r * NG] * kv_stride + vc_chunk * VEC);
     };
     auto load_tile = [&](const int64_t *slots, bool k, bool v) { /* PF: a whole tile */
         if constexpr (PF) {
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
                 for (int i = 0; i < CPL; i++) {
                     const int c = li + LPR * i;
                     float kf[VEC];
-                    unpack16<T>(kr[PF ? r : 0][i], kf);
+                    unpack_kv<T, KV>(kr[PF ? r : 0][i], kf);
 #pragma unroll
                     for (int g = 0; g < GT; g++)
 #pragma unroll
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, DecodeLayout<T, D, GT>::MIN_BLOC
                 const int j = vtg + r * NG;
                 if constexpr (!PF) vr[0] = load_v(slot_cur, r);
                 float vf[VEC];
-                unpack16<T>(vr[PF ? r : 0], vf);
+                unpack_kv<T, KV>(vr[PF ? r : 0], vf);
                 float pj[GT];
                 if constexpr (GT % 4 == 0) {
 #pragma unroll
@@ -400,11 +401,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     }
 }
 
-template <typename T, int D, int GT>
+template <typename T, typename KV, int D, int GT>
 static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     using L = DecodeLayout<T, D, GT>;
     if (pl->decode_smem_bytes != L::BYTES || pl->head_tile != GT) return cudaErrorInvalidConfiguration;
-    auto kern = attn_decode_kernel<T, D, GT>;
+    auto kern = attn_decode_kernel<T, KV, D, GT>;
     cudaError_t err;
     if ((err = allow_dynamic_smem(reinterpret_cast<const void *>(kern), L::BYTES))) return err;
     float *ws_o = nullptr, *ws_m = nullptr, *ws_l = nullptr;
@@ -415,8 +416,8 @@ static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cu
     }
     const dim3 grid((unsigned)pl->decode_grid[0], (unsigned)pl->decode_grid[1], (unsigned)pl->decode_grid[2]);
     kern<<<grid, ATTN_THREADS, L::BYTES, st>>>(
-        static_cast<T *>(a.out), static_cast<const T *>(a.q), static_cast<const T *>(a.k_cache),
-        static_cast<const T *>(a.v_cache), a.positions, a.query_start, a.block_tables, a.max_blocks,
+        static_cast<T *>(a.out), static_cast<const T *>(a.q), static_cast<const KV *>(a.k_cache),
+        static_cast<const KV *>(a.v_cache), a.positions, a.query_start, a.block_tables, a.max_blocks,
         a.block_size, (int)pl->H, (int)pl->Hkv, (int)pl->group, (int)pl->n_head_tiles, a.scale,
         (int)pl->target_parts, (int)pl->n_parts, ws_o, ws_m, ws_l);
     if ((err = cudaGetLastError())) return err;
@@ -431,26 +432,35 @@ static cudaError_t launch_decode_dg(const attn_plan_t *pl, const AttnArgs &a, cu
     return cudaGetLastError();
 }
 
-template <typename T, int D>
+template <typename T, typename KV, int D>
 static cudaError_t launch_decode_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     switch (pl->head_tile) {
-    case 1: return launch_decode_dg<T, D, 1>(pl, a, st);
-    case 2: return launch_decode_dg<T, D, 2>(pl, a, st);
-    case 4: return launch_decode_dg<T, D, 4>(pl, a, st);
-    case 8: return launch_decode_dg<T, D, 8>(pl, a, st);
+    case 1: return launch_decode_dg<T, KV, D, 1>(pl, a, st);
+    case 2: return launch_decode_dg<T, KV, D, 2>(pl, a, st);
+    case 4: return launch_decode_dg<T, KV, D, 4>(pl, a, st);
+    case 8: return launch_decode_dg<T, KV, D, 8>(pl, a, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+template <typename T, typename KV>
+static cudaError_t launch_decode_kv(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    switch (pl->D) {
+    case 32: return launch_decode_d<T, KV, 32>(pl, a, st);
+    case 64: return launch_decode_d<T, KV, 64>(pl, a, st);
+    case 128: return launch_decode_d<T, KV, 128>(pl, a, st);
+    case 256: return launch_decode_d<T, KV, 256>(pl, a, st);
     default: return cudaErrorInvalidValue;
     }
 }
 
 template <typename T>
 static cudaError_t launch_decode(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    switch (pl->D) {
-    case 32: return launch_decode_d<T, 32>(pl, a, st);
-    case 64: return launch_decode_d<T, 64>(pl, a, st);
-    case 128: return launch_decode_d<T, 128>(pl, a, st);
-    case 256: return launch_decode_d<T, 256>(pl, a, st);
-    default: return cudaErrorInvalidValue;
+    if constexpr (sizeof(T) == 2) {
+        if (a.kv == KV_E4M3) return launch_decode_kv<T, slfp8::e4m3>(pl, a, st);
+        if (a.kv == KV_E5M2) return launch_decode_kv<T, slfp8::e5m2>(pl, a, st);
     }
+    return a.kv == KV_AS_T ? launch_decode_kv<T, T>(pl, a, st) : cudaErrorInvalidValue;
 }
 
 cudaError_t launch_decode_f32(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {

@@ -339,12 +339,12 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 
 /* 2 blocks per SM: up to 255 registers (figures in the header); shared
  * memory allows 3 or more at every D. */
-template <typename T, int D, int BK>
+template <typename T, typename KV, int D, int BK>
 __global__ void __launch_bounds__(ATTN_THREADS, 2)
     attn_prefill_mma_kernel(T *__restrict__ out,                      /* (T, H, D) */
                             const T *__restrict__ q,                  /* (T, H, D) */
-                            const T *__restrict__ kc,                 /* (slots, Hkv, D) */
-                            const T *__restrict__ vc,                 /* (slots, Hkv, D) */
+                            const KV *__restrict__ kc,                /* (slots, Hkv, D) */
+                            const KV *__restrict__ vc,                /* (slots, Hkv, D) */
                             const int32_t *__restrict__ positions,    /* (T) */
                             const int32_t *__restrict__ query_start,  /* (S+1) */
                             const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
@@ -415,22 +415,23 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
 
     const int32_t *table = block_tables + (int64_t)s * max_blocks;
     const int64_t kv_stride = (int64_t)Hkv * D;
-    const T *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
+    const KV *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
     const T *tag = nullptr;
 
     for (int k0 = 0; k0 < kv_end; k0 += BK) {
         const int kn = min(BK, kv_end - k0);
 
-        /* K and V tiles as they are; rows past kn are zero, so the masked
-         * columns multiply zeros, never stale or NaN data. */
+        /* K and V tiles in T (an fp8 cache widened on the way, exactly); rows
+         * past kn are zero, so the masked columns multiply zeros, never stale
+         * or NaN data. */
 #pragma unroll 2
         for (int it = 0; it < BK * NCH / NT; it++) {
             const int e = tid + it * NT, j = e / NCH, c = e % NCH;
             uint4 ku = zero, vu = zero;
             if (j < kn) {
                 const int64_t off = kv_slot(table, k0 + j, block_size) * kv_stride + c * VEC;
-                ku = __ldg(reinterpret_cast<const uint4 *>(kbase + off));
-                vu = __ldg(reinterpret_cast<const uint4 *>(vbase + off));
+                ku = ldg_kv_as<T, KV>(kbase + off);
+                vu = ldg_kv_as<T, KV>(vbase + off);
             }
             *reinterpret_cast<uint4 *>(s_k + j * RP + c * VEC) = ku;
             *reinterpret_cast<uint4 *>(s_v + j * RP + c * VEC) = vu;
@@ -539,22 +540,32 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
 
 /* ---- launchers --------------------------------------------------------------- */
 
-template <typename T, int D, int BK>
+template <typename T, typename KV, int D, int BK>
 static cudaError_t launch_prefill_mma_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     using L = MmaLayout<D, BK>;
     if (!pl->prefill_tc || pl->prefill_wmma || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != L::BQ ||
         pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    return launch_prefill_grid<T>(attn_prefill_mma_kernel<T, D, BK>, L::BYTES, pl, a, st);
+    return launch_prefill_grid<T, KV>(attn_prefill_mma_kernel<T, KV, D, BK>, L::BYTES, pl, a, st);
+}
+
+template <typename T, typename KV>
+static cudaError_t launch_prefill_mma_kv(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    switch (pl->D) {
+    case 32: return launch_prefill_mma_d<T, KV, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
+    case 64: return launch_prefill_mma_d<T, KV, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
+    case 128: return launch_prefill_mma_d<T, KV, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
+    case 256: return launch_prefill_mma_d<T, KV, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 template <typename T>
 static cudaError_t launch_prefill_mma(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    switch (pl->D) {
-    case 32: return launch_prefill_mma_d<T, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
-    case 64: return launch_prefill_mma_d<T, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
-    case 128: return launch_prefill_mma_d<T, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
-    case 256: return launch_prefill_mma_d<T, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
+    switch (a.kv) {
+    case KV_AS_T: return launch_prefill_mma_kv<T, T>(pl, a, st);
+    case KV_E4M3: return launch_prefill_mma_kv<T, slfp8::e4m3>(pl, a, st);
+    case KV_E5M2: return launch_prefill_mma_kv<T, slfp8::e5m2>(pl, a, st);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -564,7 +575,7 @@ static cudaError_t launch_prefill_d(const attn_plan_t *pl, const AttnArgs &a, cu
     using L = PrefillLayout<D, BQ, BK>;
     if (pl->prefill_tc || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != BQ || pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    return launch_prefill_grid<T>(attn_prefill_kernel<T, D, BQ, BK>, L::BYTES, pl, a, st);
+    return launch_prefill_grid<T, T>(attn_prefill_kernel<T, D, BQ, BK>, L::BYTES, pl, a, st);
 }
 
 template <typename T>
@@ -579,7 +590,7 @@ static cudaError_t launch_prefill(const attn_plan_t *pl, const AttnArgs &a, cuda
 }
 
 cudaError_t launch_prefill_f32(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    return launch_prefill<float>(pl, a, st);
+    return a.kv == KV_AS_T ? launch_prefill<float>(pl, a, st) : cudaErrorInvalidValue;
 }
 cudaError_t launch_prefill_bf16(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     return pl->prefill_wmma ? launch_prefill_wmma_bf16(pl, a, st) : launch_prefill_mma<__nv_bfloat16>(pl, a, st);
@@ -635,10 +646,17 @@ extern "C" size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int6
  * context is still computed exactly, in longer partitions). */
 extern "C" int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache,
                              const sl_attn_meta_t *meta, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
-                             float scale, sl_dtype_t dt, void *workspace, size_t workspace_bytes, void *stream) {
+                             float scale, sl_dtype_t dt, sl_dtype_t kv_dt, void *workspace, size_t workspace_bytes,
+                             void *stream) {
     if (!meta || meta->n_tokens < 0) return cudaErrorInvalidValue;
     if (meta->n_tokens == 0) return cudaSuccess;
     if (dt != DTYPE_F32 && dt != DTYPE_BF16 && dt != DTYPE_F16) return cudaErrorInvalidValue;
+    /* the cache in dt, or fp8 with 16-bit activations */
+    const int kv = kv_dt == dt                                        ? slattn::KV_AS_T
+                   : dt != DTYPE_F32 && kv_dt == DTYPE_F8_E4M3 ? slattn::KV_E4M3
+                   : dt != DTYPE_F32 && kv_dt == DTYPE_F8_E5M2 ? slattn::KV_E5M2
+                                                               : -1;
+    if (kv < 0) return cudaErrorInvalidValue;
     if (block_size < 1 || block_size > INT32_MAX || meta->max_blocks < 1) return cudaErrorInvalidValue;
     if (H > INT32_MAX || Hkv > INT32_MAX) return cudaErrorInvalidValue;
     if (!out || !q || !k_cache || !v_cache || !meta->positions || !meta->query_start || !meta->block_tables)
@@ -655,7 +673,7 @@ extern "C" int slk_attention(void *out, const void *q, const void *k_cache, cons
         return cudaErrorInvalidValue;
 
     slattn::AttnArgs a;
-    a.out = out, a.q = q, a.k_cache = k_cache, a.v_cache = v_cache;
+    a.out = out, a.q = q, a.k_cache = k_cache, a.v_cache = v_cache, a.kv = (slattn::KvKind)kv;
     a.positions = meta->positions, a.query_start = meta->query_start, a.block_tables = meta->block_tables;
     a.max_blocks = meta->max_blocks, a.block_size = (int)block_size, a.scale = scale;
     a.ws = static_cast<float *>(workspace);

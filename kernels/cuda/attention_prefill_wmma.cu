@@ -45,12 +45,12 @@ template <int D, int BK> struct WmmaLayout {
 /* 2 blocks per SM: up to 255 registers, which D >= 128 needs (at D=128: 64
  * for Q, 64 for O, 32 for S; ptxas spills a few bytes at D=128 and f16
  * D=256); shared memory allows 2 at every D. */
-template <typename T, int D, int BK>
+template <typename T, typename KV, int D, int BK>
 __global__ void __launch_bounds__(ATTN_THREADS, 2)
     attn_prefill_wmma_kernel(T *__restrict__ out,                      /* (T, H, D) */
                            const T *__restrict__ q,                  /* (T, H, D) */
-                           const T *__restrict__ kc,                 /* (slots, Hkv, D) */
-                           const T *__restrict__ vc,                 /* (slots, Hkv, D) */
+                           const KV *__restrict__ kc,                /* (slots, Hkv, D) */
+                           const KV *__restrict__ vc,                /* (slots, Hkv, D) */
                            const int32_t *__restrict__ positions,    /* (T) */
                            const int32_t *__restrict__ query_start,  /* (S+1) */
                            const int32_t *__restrict__ block_tables, /* (S, max_blocks) */
@@ -114,22 +114,23 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
 
     const int32_t *table = block_tables + (int64_t)s * max_blocks;
     const int64_t kv_stride = (int64_t)Hkv * D;
-    const T *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
+    const KV *kbase = kc + (int64_t)kvh * D, *vbase = vc + (int64_t)kvh * D;
     const T *tag = nullptr;
 
     for (int k0 = 0; k0 < kv_end; k0 += BK) {
         const int kn = min(BK, kv_end - k0);
 
-        /* K and V tiles as they are; rows past kn are zero, so the masked
-         * columns multiply zeros, never stale or NaN data. */
+        /* K and V tiles in T (an fp8 cache widened on the way, exactly); rows
+         * past kn are zero, so the masked columns multiply zeros, never stale
+         * or NaN data. */
 #pragma unroll 2
         for (int it = 0; it < BK * NCH / NT; it++) {
             const int e = tid + it * NT, j = e / NCH, c = e % NCH;
             uint4 ku = zero, vu = zero;
             if (j < kn) {
                 const int64_t off = kv_slot(table, k0 + j, block_size) * kv_stride + c * VEC;
-                ku = __ldg(reinterpret_cast<const uint4 *>(kbase + off));
-                vu = __ldg(reinterpret_cast<const uint4 *>(vbase + off));
+                ku = ldg_kv_as<T, KV>(kbase + off);
+                vu = ldg_kv_as<T, KV>(vbase + off);
             }
             *reinterpret_cast<uint4 *>(s_k + j * QP + c * VEC) = ku;
             *reinterpret_cast<uint4 *>(s_v + j * QP + c * VEC) = vu;
@@ -235,21 +236,31 @@ __global__ void __launch_bounds__(ATTN_THREADS, 2)
     }
 }
 
-template <typename T, int D, int BK>
+template <typename T, typename KV, int D, int BK>
 static cudaError_t launch_wmma_d(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
     using L = WmmaLayout<D, BK>;
     if (!pl->prefill_tc || !pl->prefill_wmma || pl->prefill_smem_bytes != L::BYTES || pl->q_tile != L::BQ ||
         pl->kv_tile != BK)
         return cudaErrorInvalidConfiguration;
-    return launch_prefill_grid<T>(attn_prefill_wmma_kernel<T, D, BK>, L::BYTES, pl, a, st);
+    return launch_prefill_grid<T, KV>(attn_prefill_wmma_kernel<T, KV, D, BK>, L::BYTES, pl, a, st);
+}
+
+template <typename T, typename KV>
+static cudaError_t launch_wmma_kv(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
+    switch (pl->D) {
+    case 32: return launch_wmma_d<T, KV, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
+    case 64: return launch_wmma_d<T, KV, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
+    case 128: return launch_wmma_d<T, KV, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
+    case 256: return launch_wmma_d<T, KV, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 template <typename T> static cudaError_t launch_wmma(const attn_plan_t *pl, const AttnArgs &a, cudaStream_t st) {
-    switch (pl->D) {
-    case 32: return launch_wmma_d<T, 32, ATTN_PREFILL_TC_BK_D32>(pl, a, st);
-    case 64: return launch_wmma_d<T, 64, ATTN_PREFILL_TC_BK_D64>(pl, a, st);
-    case 128: return launch_wmma_d<T, 128, ATTN_PREFILL_TC_BK_D128>(pl, a, st);
-    case 256: return launch_wmma_d<T, 256, ATTN_PREFILL_TC_BK_D256>(pl, a, st);
+    switch (a.kv) {
+    case KV_AS_T: return launch_wmma_kv<T, T>(pl, a, st);
+    case KV_E4M3: return launch_wmma_kv<T, slfp8::e4m3>(pl, a, st);
+    case KV_E5M2: return launch_wmma_kv<T, slfp8::e5m2>(pl, a, st);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -1,8 +1,10 @@
 /* kernels.h - the CUDA kernels' C launchers (the .cu files of kernels/cuda).
  *
  * Plain C, no CUDA types: pointers are device memory, `stream` is a
- * cudaStream_t passed as void *. Activations, norm weights and the KV cache
- * are in `dt` (DTYPE_F32, DTYPE_BF16 or DTYPE_F16); every sum is fp32. Each
+ * cudaStream_t passed as void *. Activations and norm weights are in `dt`
+ * (DTYPE_F32, DTYPE_BF16 or DTYPE_F16); the KV cache in `kv_dt`: dt, or
+ * with a 16-bit dt one of the fp8 dtypes (DTYPE_F8_E4M3, DTYPE_F8_E5M2:
+ * --kv-cache-dtype fp8, scale 1.0; fp8.cuh). Every sum is fp32. Each
  * launcher enqueues its work on `stream` and returns 0, or the cudaError_t
  * of the launch (never synchronizes, never exits). Shapes and semantics are
  * exactly those of the ops table (include/servelab/ops.h) and of the CPU
@@ -47,13 +49,14 @@ int slk_gather_rows(void *out, const void *in, const int32_t *idx, int64_t S, in
  * angle = pos * theta^(-2i/D) / scale). */
 int slk_rope(void *q, void *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv, int64_t D,
              float theta, float scale, sl_dtype_t dt, void *stream);
-/* k_cache/v_cache (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); a slot < 0 skips the token. */
+/* k_cache/v_cache (slots, Hkv, D) in kv_dt at slot_mapping[t] = k/v(T, Hkv, D) in dt (an fp8
+ * cache holds each value's code, as cpu_kv_write_dt converts it); a slot < 0 skips the token. */
 int slk_kv_write(void *k_cache, void *v_cache, const void *k, const void *v, const int64_t *slot_mapping,
-                 int64_t T, int64_t Hkv, int64_t D, sl_dtype_t dt, void *stream);
+                 int64_t T, int64_t Hkv, int64_t D, sl_dtype_t dt, sl_dtype_t kv_dt, void *stream);
 /* slk_rope then slk_kv_write in one pass (q and k are rotated in place too). */
 int slk_rope_kv_write(void *q, void *k, const void *v, void *k_cache, void *v_cache, const int32_t *positions,
                       const int64_t *slot_mapping, int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
-                      float scale, sl_dtype_t dt, void *stream);
+                      float scale, sl_dtype_t dt, sl_dtype_t kv_dt, void *stream);
 
 /* out(T, N) = in(T, K) . w(N, K)^T (row-major), fp32 accumulation, for
  * decode-sized T (0 <= T <= SLK_GEMV_MAX_T of launch_plan.h, 8): in and w in
@@ -99,7 +102,7 @@ int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t *qzeros, c
 size_t slk_attention_workspace_bytes(const sl_attn_meta_t *meta, int64_t H, int64_t Hkv, int64_t D);
 int slk_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const sl_attn_meta_t *meta,
                   int64_t H, int64_t Hkv, int64_t D, int64_t block_size, float scale, sl_dtype_t dt,
-                  void *workspace, size_t workspace_bytes, void *stream);
+                  sl_dtype_t kv_dt, void *workspace, size_t workspace_bytes, void *stream);
 
 /* ---- sampling on the device (sampling.cu) --------------------------------------
  * cpu_sample (kernels/cpu/sampling_cpu.c) on S rows of fp32 logits at once, so

@@ -3,7 +3,9 @@
  * Memory is plain cudaMalloc (no managed memory); every op is enqueued on one
  * non-blocking stream; activations, the KV cache and every weight are in the
  * backend's activation dtype (F32, BF16 or F16; engine_boot.c converts weights at
- * load). linear and logits with at most GEMV_MAX_T (2) rows take the GEMV
+ * load), but for an fp8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2, opts.kv_fp8,
+ * with 16-bit activations: rope_kv_write stores fp8 codes, attention widens
+ * them in registers; kernels/cuda/fp8.cuh). linear and logits with at most GEMV_MAX_T (2) rows take the GEMV
  * kernel (kernels/cuda/gemv.cu: reads each weight row once, where cuBLAS's
  * tiles are mostly idle); with more, cublasGemmEx. Both accumulate in fp32
  * (cuBLAS: CUBLAS_COMPUTE_32F, default math without reduced-precision
@@ -67,6 +69,7 @@ _Static_assert(GEMV_MAX_T <= SLK_GEMV_MAX_T, "slk_gemv takes at most SLK_GEMV_MA
 typedef struct {
     int device;
     sl_dtype_t dt;
+    sl_dtype_t kv_dt;       /* the KV cache: dt, or fp8 (opts.kv_fp8) */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *attn_ws;          /* slk_attention's split partials, grown on demand */
@@ -438,7 +441,7 @@ static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void
                         int64_t T, int64_t Hkv, int64_t D) {
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
-    LAUNCH(c, slk_kv_write, (kc, vc, k, v, slots, T, Hkv, D, c->dt, c->stream));
+    LAUNCH(c, slk_kv_write, (kc, vc, k, v, slots, T, Hkv, D, c->dt, c->kv_dt, c->stream));
     op_end(c, "kv_write");
 }
 
@@ -448,7 +451,7 @@ static void op_rope_kv_write(void *ctx, void *q, void *k, const void *v, void *k
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
     LAUNCH(c, slk_rope_kv_write,
-           (q, k, v, kc, vc, positions, slots, T, H, Hkv, D, theta, scale, c->dt, c->stream));
+           (q, k, v, kc, vc, positions, slots, T, H, Hkv, D, theta, scale, c->dt, c->kv_dt, c->stream));
     op_end(c, "rope_kv_write");
 }
 
@@ -471,7 +474,8 @@ static void op_attention(void *ctx, void *out, const void *q, const void *kc, co
         c->graph_ws_bytes = 0;
     }
     if (!grow(c, ws, ws_bytes, need, "attention workspace")) return;
-    int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, *ws, *ws_bytes, c->stream);
+    int rc = slk_attention(out, q, kc, vc, m, H, Hkv, D, block_size, scale, c->dt, c->kv_dt, *ws, *ws_bytes,
+                           c->stream);
     if (rc != 0) {
         /* Name the shape: a refused one (an unsupported head dim, say) is the likely cause. */
         int sticky = clear_is_sticky((cudaError_t)rc);
@@ -680,15 +684,22 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         sl_fail(err, "CUDA backend instance %d: at most %d per process", k, CUDA_MAX_INSTANCES);
         return NULL;
     }
+    const sl_dtype_t kv_dt = opts->kv_fp8 ? opts->kv_fp8 : opts->act_dtype;
     if (g_ready[k]) {
-        if (g_ctx[k].device == opts->device && g_ctx[k].dt == opts->act_dtype) return &g_ops[k];
-        sl_fail(err, "the CUDA backend (instance %d) is already set up for device %d with %s activations", k,
-                g_ctx[k].device, dtype_torch_name(g_ctx[k].dt));
+        if (g_ctx[k].device == opts->device && g_ctx[k].dt == opts->act_dtype && g_ctx[k].kv_dt == kv_dt)
+            return &g_ops[k];
+        sl_fail(err, "the CUDA backend (instance %d) is already set up for device %d with %s activations and a %s "
+                "KV cache", k, g_ctx[k].device, dtype_torch_name(g_ctx[k].dt), dtype_torch_name(g_ctx[k].kv_dt));
         return NULL;
     }
     if (opts->act_dtype != DTYPE_F32 && opts->act_dtype != DTYPE_BF16 && opts->act_dtype != DTYPE_F16) {
         sl_fail(err, "the CUDA backend runs float32, bfloat16 or float16 activations, not %s",
                 dtype_name(opts->act_dtype));
+        return NULL;
+    }
+    if (opts->kv_fp8 && (!dtype_is_fp8(opts->kv_fp8) || opts->act_dtype == DTYPE_F32)) {
+        sl_fail(err, "the CUDA backend keeps an fp8 KV cache (e4m3 or e5m2) with bfloat16 or float16 activations "
+                "only, not %s with %s", dtype_name(opts->kv_fp8), dtype_torch_name(opts->act_dtype));
         return NULL;
     }
     cuda_device_info_t info;
@@ -698,6 +709,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
     memset(c, 0, sizeof *c);
     c->device = opts->device;
     c->dt = opts->act_dtype;
+    c->kv_dt = kv_dt;
     const char *sync_env = getenv("SERVELAB_CUDA_SYNC_OPS");
     c->sync_ops = sync_env && *sync_env && strcmp(sync_env, "0") != 0;
     cublasMath_t mode = CUBLAS_DEFAULT_MATH;
@@ -735,7 +747,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .name = "cuda",
         .ctx = c,
         .act_dtype = c->dt,
-        .kv_dtype = c->dt,
+        .kv_dtype = c->kv_dt,
         .host_memory = 0,
         .alloc = cu_alloc,
         .free = cu_free,

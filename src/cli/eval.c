@@ -126,8 +126,9 @@ static const sl_ops_t *ppl_backend(const ppl_args_t *a, const model_config_t *mc
         cuda_device_info_t info;
         sl_err_t err;
         if (cuda_backend_probe(0, &info, &err) == 0) {
-            sl_dtype_t act = engine_cuda_act_dtype(load, mc);
-            cuda_backend_opts_t o = {.device = 0, .act_dtype = act};
+            sl_dtype_t act = engine_cuda_act_dtype(load, mc), fp8 = DTYPE_COUNT;
+            engine_kv_cache_dtype_parse(a->ea.kv_cache_dtype, &fp8); /* checked at argument parsing */
+            cuda_backend_opts_t o = {.device = 0, .act_dtype = act, .kv_fp8 = fp8 != DTYPE_COUNT ? fp8 : 0};
             const sl_ops_t *ops = cuda_backend_init(&o, &err);
             if (!ops) sl_die("%s", err.msg);
             load->dtype_auto = false;

@@ -54,13 +54,14 @@ uint16_t f32_to_f16(float f) {
 }
 
 /* f32 -> fp8 of `man` mantissa bits and exponent `bias`, whose largest finite code (without
- * the sign) is max_code: nearest even, saturating, NaN -> 0x7f. */
+ * the sign) is max_code: nearest even, saturating, any NaN -> 0x7f (the canonical NaN, as
+ * NVIDIA's conversion gives it: the CUDA cache's codes are these, byte for byte). */
 static uint8_t f32_to_fp8(float f, int man, int bias, uint32_t max_code) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
     uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return sign | 0x7fu;
+    if (abs > 0x7f800000u) return 0x7fu;
     int e = (int)(abs >> 23) - 127;                 /* unbiased exponent of a normal f32 */
     uint32_t r;
     if (e < 1 - bias) {

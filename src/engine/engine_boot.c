@@ -177,8 +177,8 @@ static int capture_graphs(engine_t *e, sl_err_t *err) {
  * shared-device communicator (SERVELAB_TP_SHARED_DEVICE=1, a test-only mode:
  * NCCL refuses two ranks on one device, and this lets the sharded model be
  * checked on one). rank_ops and *comm on success; 0 or -1 with err. */
-static int cuda_ranks(int64_t max_elems, sl_dtype_t act, int tp, bool shared, const sl_ops_t **rank_ops,
-                      sl_comm_t **comm, sl_err_t *err) {
+static int cuda_ranks(int64_t max_elems, sl_dtype_t act, sl_dtype_t kv_fp8, int tp, bool shared,
+                      const sl_ops_t **rank_ops, sl_comm_t **comm, sl_err_t *err) {
     int n_dev = cuda_backend_device_count();
     if (!shared && tp > n_dev)
         return sl_fail(err, "tensor_parallel_size (%d) is larger than the number of CUDA devices this process can "
@@ -196,7 +196,7 @@ static int cuda_ranks(int64_t max_elems, sl_dtype_t act, int tp, bool shared, co
         return sl_fail(err, "tensor_parallel_size %d: at most %d ranks on CUDA", tp, CUDA_MAX_INSTANCES);
     for (int r = 0; r < tp; r++) {
         devices[r] = shared ? 0 : r;
-        cuda_backend_opts_t o = {.device = devices[r], .act_dtype = act, .instance = r};
+        cuda_backend_opts_t o = {.device = devices[r], .act_dtype = act, .kv_fp8 = kv_fp8, .instance = r};
         if (!(rank_ops[r] = cuda_backend_init(&o, err))) return -1;
         streams[r] = cuda_backend_stream(rank_ops[r]);
     }
@@ -218,8 +218,9 @@ static int cuda_ranks(int64_t max_elems, sl_dtype_t act, int tp, bool shared, co
     return 0;
 }
 
+/* kv_fp8: the fp8 KV cache's dtype, or 0 (the cache in the activation dtype). */
 static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const cuda_device_info_t *info,
-                           sl_err_t *err) {
+                           sl_dtype_t kv_fp8, sl_err_t *err) {
     sched_config_t *sc = &c->sched;
     sl_dtype_t act = engine_cuda_act_dtype(&c->load, mc);
     if (act == DTYPE_BF16 && info->cc_major < 8) {
@@ -228,7 +229,7 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
                 "CLI, for example: --dtype=half.", info->name, info->cc_major, info->cc_minor);
         return NULL;
     }
-    cuda_backend_opts_t opts = {.device = 0, .act_dtype = act};
+    cuda_backend_opts_t opts = {.device = 0, .act_dtype = act, .kv_fp8 = kv_fp8};
     int tp = c->load.tensor_parallel_size > 1 ? c->load.tensor_parallel_size : 1;
     const char *shared_env = getenv("SERVELAB_TP_SHARED_DEVICE");
     bool shared = tp > 1 && shared_env && !strcmp(shared_env, "1");
@@ -238,8 +239,8 @@ static engine_t *boot_cuda(engine_config_t *c, const model_config_t *mc, const c
         sl_fail(err, "tensor parallelism on CUDA runs on the process's own backends, not a test's");
         return NULL;
     }
-    if (tp > 1 && cuda_ranks((int64_t)sc->max_num_batched_tokens * mc->hidden_size, act, tp, shared, rank_ops,
-                             &comm, err))
+    if (tp > 1 && cuda_ranks((int64_t)sc->max_num_batched_tokens * mc->hidden_size, act, kv_fp8, tp, shared,
+                             rank_ops, &comm, err))
         return NULL;
     const sl_ops_t *ops = c->ops ? c->ops : tp > 1 ? rank_ops[0] : cuda_backend_init(&opts, err);
     if (!ops) return NULL;
@@ -400,11 +401,14 @@ static int want_cuda(const engine_config_t *c, cuda_device_info_t *info, sl_err_
 #endif
 }
 
-/* An fp8 KV cache is the CPU's alone for now: one line, NULL. */
-static engine_t *fp8_on_cuda(const engine_config_t *c, sl_err_t *err) {
-    sl_fail(err, "--kv-cache-dtype %s: the CUDA backend keeps the KV cache in the activation dtype (its attention "
-            "kernels read no fp8 yet). Hint: run with --device cpu, or --kv-cache-dtype auto", c->kv_cache_dtype);
-    return NULL;
+/* An fp8 KV cache on CUDA needs 16-bit activations (the kernels widen fp8
+ * to bf16 / f16 tiles for the tensor cores, as vLLM's backends do): one
+ * line, -1, for a model that would run in float32. */
+static int fp8_needs_16bit(const engine_config_t *c, const model_config_t *mc, sl_err_t *err) {
+    if (engine_cuda_act_dtype(&c->load, mc) != DTYPE_F32) return 0;
+    return sl_fail(err, "--kv-cache-dtype %s: the CUDA backend keeps an fp8 KV cache with bfloat16 or float16 "
+                   "activations only, and this model runs in float32. Hint: --dtype bfloat16, or --device cpu",
+                   c->kv_cache_dtype);
 }
 
 static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
@@ -415,11 +419,11 @@ static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
         sl_fail(err, "Unknown kv cache dtype: %s", c.kv_cache_dtype); /* vLLM's CacheConfig error */
         return NULL;
     }
-    if (fp8 != DTYPE_COUNT && c.device == ENGINE_DEVICE_CUDA) return fp8_on_cuda(&c, err);
     if (fp8 != DTYPE_COUNT) /* vLLM's CacheConfig line */
         LOG_INFO("Using fp8 data type to store kv cache. It reduces the GPU memory footprint and boosts the "
                  "performance. Meanwhile, it may cause accuracy drop without a proper scaling factor");
     if (config_load(c.model_dir, &mc, err) || resolve_lengths(&c, &mc, err)) return NULL;
+    if (fp8 != DTYPE_COUNT && c.device == ENGINE_DEVICE_CUDA && fp8_needs_16bit(&c, &mc, err)) return NULL;
 
     /* A test's own backend runs as given: a device backend (one that can
      * fail) through the CUDA startup only when asked for CUDA. */
@@ -430,9 +434,9 @@ static engine_t *create(const engine_config_t *cfg, sl_err_t *err) {
     if (cuda < 0) return NULL;
 #ifdef SERVELAB_HAVE_CUDA
     if (cuda) {
-        if (fp8 != DTYPE_COUNT) return fp8_on_cuda(&c, err); /* --device auto picked CUDA */
+        if (fp8 != DTYPE_COUNT && fp8_needs_16bit(&c, &mc, err)) return NULL; /* --device auto picked CUDA */
         if (c.ops && cuda_backend_probe(0, &info, err)) return NULL;
-        return boot_cuda(&c, &mc, &info, err);
+        return boot_cuda(&c, &mc, &info, fp8 != DTYPE_COUNT ? fp8 : 0, err);
     }
 #endif
     const sl_ops_t *ops = c.ops ? c.ops : cpu_backend_init_kv(c.threads, engine_cpu_kv_dtype(&c.load, &mc, c.kv_cache_dtype));

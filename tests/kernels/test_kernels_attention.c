@@ -19,6 +19,11 @@
  * tokens), a prefix hit (queries start at a block boundary) and mixed
  * batches; plus odd block sizes, odd group sizes, D = 256, a small mixed
  * batch at every D (the emulator's share of D = 256 and GQA) and bad arguments.
+ * An fp8 KV cache (bf16 / f16 activations x e4m3 / e5m2) runs decodes and
+ * mixed batches at every D: K and V are drawn rounded to the fp8 dtype and
+ * uploaded as its codes (unowned slots as its NaN code), and the reference
+ * is cpu_attention on the same values, within the activation dtype's
+ * tolerances (the kernels widen fp8 exactly).
  */
 #include <string.h>
 
@@ -77,8 +82,9 @@ static int close_enough(const char *what, const float *got, const float *want, i
     return kt_close(what, got, want, n, dt, ulps, floor_frac);
 }
 
-/* Runs one batch on one configuration; returns 1 when the kernel matches. */
-static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
+/* Runs one batch on one configuration with the cache in kv (c->dt, or an
+ * fp8 dtype); returns 1 when the kernel matches. */
+static int run_case_kv(const char *name, const cfg_t *c, sl_dtype_t kv, const batch_spec_t *b) {
     const int64_t D = c->D, H = c->H, Hkv = c->Hkv, B = c->B, S = b->n;
     const sl_dtype_t dt = c->dt;
     int64_t T = 0, n_blocks = 1, max_blocks = 1;
@@ -121,8 +127,8 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     for (int s = 0; s < S; s++)
         for (int32_t p = 0; p < seq_lens[s]; p++) {
             int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B;
-            kt_fill(kc + slot * row, row, -1.0f, 1.0f, dt);
-            kt_fill(vc + slot * row, row, -1.0f, 1.0f, dt);
+            kt_fill(kc + slot * row, row, -1.0f, 1.0f, kv);
+            kt_fill(vc + slot * row, row, -1.0f, 1.0f, kv);
         }
     const int64_t n_q = T * H * D;
     float *q = malloc((size_t)n_q * sizeof(float)), *want = malloc((size_t)n_q * sizeof(float));
@@ -131,7 +137,7 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     const float scale = 1.0f / sqrtf((float)D);
     cpu_attention(want, q, kc, vc, positions, query_start, tables, S, max_blocks, T, H, Hkv, D, B, scale);
 
-    void *d_q = kt_upload(q, n_q, dt), *d_k = kt_upload(kc, n_cache, dt), *d_v = kt_upload(vc, n_cache, dt);
+    void *d_q = kt_upload(q, n_q, dt), *d_k = kt_upload(kc, n_cache, kv), *d_v = kt_upload(vc, n_cache, kv);
     int32_t *d_pos = kt_upload_raw(positions, (size_t)T * sizeof(int32_t));
     int32_t *d_qs = kt_upload_raw(query_start, (size_t)(S + 1) * sizeof(int32_t));
     int32_t *d_sl = kt_upload_raw(seq_lens, (size_t)S * sizeof(int32_t));
@@ -149,7 +155,7 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     for (int run = 0; run < 2; run++) {
         KT_CUDA(cudaMemset(d_out, 0xff, out_bytes));
         KT_CUDA(cudaMemset(d_ws, 0xff, ws_bytes ? ws_bytes : 16));
-        int rc = slk_attention(d_out, d_q, d_k, d_v, &meta, H, Hkv, D, B, scale, dt, ws_bytes ? d_ws : NULL,
+        int rc = slk_attention(d_out, d_q, d_k, d_v, &meta, H, Hkv, D, B, scale, dt, kv, ws_bytes ? d_ws : NULL,
                                ws_bytes, NULL);
         if (rc != 0) {
             fprintf(stderr, "  slk_attention returned %d (%s)\n", rc, cudaGetErrorString((cudaError_t)rc));
@@ -160,8 +166,8 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
         kt_download(run == 0 ? got : got2, d_out, n_q, dt);
     }
     char what[160];
-    snprintf(what, sizeof what, "%s D=%lld H=%lld Hkv=%lld B=%lld", name, (long long)D, (long long)H,
-             (long long)Hkv, (long long)B);
+    snprintf(what, sizeof what, "%s D=%lld H=%lld Hkv=%lld B=%lld%s%s", name, (long long)D, (long long)H,
+             (long long)Hkv, (long long)B, kv != dt ? " cache " : "", kv != dt ? kt_name(kv) : "");
     if (ok) ok = close_enough(what, got, want, n_q, dt, dt != DTYPE_F32 && max_query_len > 1);
     if (ok && memcmp(got, got2, (size_t)n_q * sizeof(float)) != 0) {
         fprintf(stderr, "  %s (%s): two runs differ\n", what, kt_name(dt));
@@ -172,6 +178,10 @@ static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
     cudaFree(d_bt), cudaFree(d_out), cudaFree(d_ws);
     free(perm), free(tables), free(positions), free(kc), free(vc), free(q), free(want), free(got), free(got2);
     return ok;
+}
+
+static int run_case(const char *name, const cfg_t *c, const batch_spec_t *b) {
+    return run_case_kv(name, c, c->dt, b);
 }
 
 /* The main matrix: dt x D {32, 64, 128} x group {1, 4, 8} x block size {16, 32}.
@@ -339,6 +349,30 @@ static void test_small_mixed_batch_at_every_head_dim_and_group(void) {
            worst_abs[2]);
 }
 
+/* An fp8 cache (--kv-cache-dtype fp8 / fp8_e5m2) under both 16-bit
+ * activation dtypes at every head dim: decodes over one and several
+ * partitions (the decode kernel's 8-byte loads) and a mixed batch of a
+ * chunk, a prefix hit, a short prompt and a decode (the tensor-core
+ * kernels' widening into their 16-bit tiles; wmma too in the emulator's
+ * SERVELAB_ATTN_PREFILL=wmma run). */
+static void test_fp8_cache_matches_cpu(void) {
+    const int32_t ctx[3] = {1, 17, 600};
+    batch_spec_t dec = decodes(ctx, 3);
+    batch_spec_t mix = {.n = 4, .start = {40, 32, 0, 29}, .n_new = {24, 20, 30, 1}};
+    const sl_dtype_t dts[2] = {DTYPE_BF16, DTYPE_F16}, kvs[2] = {DTYPE_F8_E4M3, DTYPE_F8_E5M2};
+    const int64_t Ds[4] = {32, 64, 128, 256};
+    memset(worst_abs, 0, sizeof worst_abs);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            for (int d = 0; d < 4; d++) {
+                const int64_t group = d % 2 ? 4 : 1; /* GQA at D = 64 and 256 */
+                const cfg_t c = {dts[i], Ds[d], 2 * group, 2, d == 1 ? 32 : 16};
+                if (!run_case_kv("fp8 decode", &c, kvs[j], &dec)) test_cur_failed = 1;
+                if (!run_case_kv("fp8 mixed", &c, kvs[j], &mix)) test_cur_failed = 1;
+            }
+    printf("  %-32s max |err|: bf16 %.2e  f16 %.2e\n", "fp8 cache", worst_abs[1], worst_abs[2]);
+}
+
 static void test_bad_arguments_are_rejected_without_launch(void) {
     int32_t zero[2] = {0, 1};
     int32_t *d = kt_upload_raw(zero, sizeof zero);
@@ -348,23 +382,36 @@ static void test_bad_arguments_are_rejected_without_launch(void) {
     sl_attn_meta_t meta = {.n_tokens = 1, .n_seqs = 1, .max_blocks = 1, .max_seq_len = 1, .max_query_len = 1,
                            .positions = d, .query_start = d, .seq_lens = d + 1, .block_tables = d};
     /* D = 96 and an integer dtype are not supported */
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 96, 16, 1.0f, DTYPE_BF16, NULL, 0, NULL),
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 96, 16, 1.0f, DTYPE_BF16, DTYPE_BF16, NULL, 0,
+                               NULL),
                  cudaErrorInvalidValue);
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_I32, NULL, 0, NULL),
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_I32, DTYPE_I32, NULL, 0,
+                               NULL),
                  cudaErrorInvalidValue);
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 3, 64, 16, 1.0f, DTYPE_BF16, NULL, 0, NULL),
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 3, 64, 16, 1.0f, DTYPE_BF16, DTYPE_BF16, NULL, 0,
+                               NULL),
                  cudaErrorInvalidValue);
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 0, 1.0f, DTYPE_BF16, NULL, 0, NULL),
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 0, 1.0f, DTYPE_BF16, DTYPE_BF16, NULL, 0,
+                               NULL),
+                 cudaErrorInvalidValue);
+    /* an fp8 cache with f32 activations, and a cache dtype that is neither dt nor fp8 */
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_F32, DTYPE_F8_E4M3, NULL, 0,
+                               NULL),
+                 cudaErrorInvalidValue);
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, DTYPE_F16, NULL, 0, NULL),
                  cudaErrorInvalidValue);
     /* a workspace smaller than asked for */
     meta.max_seq_len = 2000;
     size_t need = slk_attention_workspace_bytes(&meta, 4, 4, 64);
     CHECK(need > 0);
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, buf, need - 1, NULL),
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, DTYPE_BF16, buf,
+                               need - 1, NULL),
                  cudaErrorInvalidValue);
     /* T = 0: nothing to do, nothing launched, the output untouched */
     meta.n_tokens = 0;
-    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, NULL, 0, NULL), 0);
+    CHECK_EQ_INT(slk_attention(buf, buf, buf, buf, &meta, 4, 4, 64, 16, 1.0f, DTYPE_BF16, DTYPE_BF16, NULL, 0,
+                               NULL),
+                 0);
     KT_CUDA(cudaDeviceSynchronize());
     unsigned char head[64];
     KT_CUDA(cudaMemcpy(head, buf, sizeof head, cudaMemcpyDeviceToHost));
@@ -388,6 +435,7 @@ int main(void) {
     RUN(test_mixed_batch_of_decodes_and_prefills);
     RUN(test_odd_block_sizes_and_group_sizes);
     RUN(test_small_mixed_batch_at_every_head_dim_and_group);
+    RUN(test_fp8_cache_matches_cpu);
     kt_report_left_out();
     return test_summary();
 }

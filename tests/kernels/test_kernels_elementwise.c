@@ -25,6 +25,11 @@
  *   for rounding.
  * - f32 silu_mul: 8. The kernel's expf is within 2 ulps of glibc's, and
  *   1 + e, the division and the product add at most 3.
+ * - an fp8 KV cache (rope_kv_write, kv_write into fp8 e4m3 / e5m2 from bf16 / f16):
+ *   exact, byte for byte: every code is cpu_kv_write_dt's for the value as
+ *   stored in dt (rotated k rounded to dt first). Inputs span every binade
+ *   the fp8 dtypes have, from subnormals to past e4m3's largest value
+ *   (saturation), and include NaN.
  * - f32 rope: 4, floored at 4 ulps of the largest |value|. With the same
  *   inv_freq (host libm) and double-precision sin/cos the kernel is bit-exact
  *   on x86-64; the slack covers a last-bit difference of the device's double
@@ -400,7 +405,8 @@ static void rope_case(sl_dtype_t dt, int64_t T, int64_t H, int64_t Hkv, int64_t 
     void *d_kc = kt_upload(kc, n_slots * row, dt), *d_vc = kt_upload(vc, n_slots * row, dt);
     void *d_pos = kt_upload_raw(pos, (size_t)T * sizeof(int32_t));
     void *d_slots = kt_upload_raw(slots, (size_t)T * sizeof(int64_t));
-    int rc = kv ? slk_rope_kv_write(d_q, d_k, d_v, d_kc, d_vc, d_pos, d_slots, T, H, Hkv, D, theta, scale, dt, stream)
+    int rc = kv ? slk_rope_kv_write(d_q, d_k, d_v, d_kc, d_vc, d_pos, d_slots, T, H, Hkv, D, theta, scale, dt, dt,
+                                    stream)
                 : slk_rope(d_q, d_k, d_pos, T, H, Hkv, D, theta, scale, dt, stream);
     expect_rc(rc, ctx);
 
@@ -455,7 +461,7 @@ static void kv_write_case(sl_dtype_t dt, int64_t T, int64_t Hkv, int64_t D) {
     void *d_k = kt_upload(k, T * row, dt), *d_v = kt_upload(v, T * row, dt);
     void *d_kc = kt_upload(kc, n_slots * row, dt), *d_vc = kt_upload(vc, n_slots * row, dt);
     void *d_slots = kt_upload_raw(slots, (size_t)T * sizeof(int64_t));
-    expect_rc(slk_kv_write(d_kc, d_vc, d_k, d_v, d_slots, T, Hkv, D, dt, stream), ctx);
+    expect_rc(slk_kv_write(d_kc, d_vc, d_k, d_v, d_slots, T, Hkv, D, dt, dt, stream), ctx);
     cpu_kv_write(kc, vc, k, v, slots, T, Hkv, D);
     float *got = kt_fvec(n_slots * row);
     kt_download(got, d_kc, n_slots * row, dt);
@@ -464,6 +470,79 @@ static void kv_write_case(sl_dtype_t dt, int64_t T, int64_t Hkv, int64_t D) {
     expect_exact(ctx, got, vc, n_slots * row, dt);
     free(k), free(v), free(kc), free(vc), free(slots), free(got);
     cudaFree(d_k), cudaFree(d_v), cudaFree(d_kc), cudaFree(d_vc), cudaFree(d_slots);
+}
+
+/* n values in dt whose magnitudes span 2^-14 .. 2^10 (fp8 subnormals to
+ * past e4m3's 448, below e5m2's 57344), either sign, one in 97 a NaN. */
+static float *wide_vec(int64_t n, sl_dtype_t dt) {
+    float *x = kt_fvec(n);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = test_rng();
+        x[i] = r % 97 == 0 ? NAN : ldexpf(1.0f + (float)((r >> 8) & 0xffff) / 65536.0f, (int)((r >> 24) % 25) - 14);
+        if (r & 0x80) x[i] = -x[i];
+    }
+    round_to_dt(x, n, dt);
+    return x;
+}
+
+/* An fp8 cache: rope_kv_write (rope = 1; q and k rotated, k cached as
+ * stored) or kv_write into kv_dt codes, against cpu_[rope,] rounding to dt,
+ * cpu_kv_write_dt, byte for byte; the cache's old bytes (random) must stay
+ * wherever no token writes. */
+static void fp8_cache_case(sl_dtype_t dt, sl_dtype_t kv_dt, int64_t T, int64_t H, int64_t Hkv, int64_t D, int rope) {
+    const int64_t B = 16, n_slots = B * (2 * ((T + B - 1) / B) + 3), row = Hkv * D, n_cache = n_slots * row;
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "%s %s <- %s T=%lld H=%lld Hkv=%lld D=%lld", rope ? "rope_kv_write" : "kv_write",
+             kt_name(kv_dt), kt_name(dt), (long long)T, (long long)H, (long long)Hkv, (long long)D);
+    float *q = wide_vec(T * H * D, dt), *k = wide_vec(T * row, dt), *v = wide_vec(T * row, dt);
+    uint8_t *kc = malloc((size_t)n_cache), *vc = malloc((size_t)n_cache);
+    uint8_t *got = malloc((size_t)n_cache);
+    for (int64_t i = 0; i < n_cache; i++) kc[i] = (uint8_t)test_rng(), vc[i] = (uint8_t)test_rng();
+    int32_t *pos = make_positions(T);
+    int64_t *slots = make_slot_mapping(T, n_slots);
+    void *d_q = kt_upload(q, T * H * D, dt), *d_k = kt_upload(k, T * row, dt), *d_v = kt_upload(v, T * row, dt);
+    void *d_kc = kt_upload_raw(kc, (size_t)n_cache), *d_vc = kt_upload_raw(vc, (size_t)n_cache);
+    void *d_pos = kt_upload_raw(pos, (size_t)T * sizeof(int32_t));
+    void *d_slots = kt_upload_raw(slots, (size_t)T * sizeof(int64_t));
+    int rc = rope ? slk_rope_kv_write(d_q, d_k, d_v, d_kc, d_vc, d_pos, d_slots, T, H, Hkv, D, 10000.0f, 1.0f, dt,
+                                      kv_dt, stream)
+                  : slk_kv_write(d_kc, d_vc, d_k, d_v, d_slots, T, Hkv, D, dt, kv_dt, stream);
+    expect_rc(rc, ctx);
+
+    if (rope) {
+        cpu_rope(q, k, pos, T, H, Hkv, D, 10000.0f, 1.0f);
+        round_to_dt(k, T * row, dt);
+    }
+    cpu_kv_write_dt(kc, vc, kv_dt, k, v, slots, T, Hkv, D);
+    KT_CUDA(cudaStreamSynchronize(stream));
+    const uint8_t *want[2] = {kc, vc};
+    void *dev[2] = {d_kc, d_vc};
+    for (int c = 0; c < 2; c++) {
+        KT_CUDA(cudaMemcpy(got, dev[c], (size_t)n_cache, cudaMemcpyDeviceToHost));
+        for (int64_t i = 0; i < n_cache; i++)
+            if (got[i] != want[c][i]) {
+                fprintf(stderr, "  %s: %s cache byte %lld is 0x%02x, want 0x%02x\n", ctx, c ? "v" : "k",
+                        (long long)i, got[i], want[c][i]);
+                test_cur_failed = 1;
+                break;
+            }
+    }
+    free(q), free(k), free(v), free(kc), free(vc), free(got), free(pos), free(slots);
+    cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_kc), cudaFree(d_vc), cudaFree(d_pos), cudaFree(d_slots);
+}
+
+static void test_fp8_cache_writes_match_cpu_codes(void) {
+    static const sl_dtype_t KVS[] = {DTYPE_F8_E4M3, DTYPE_F8_E5M2};
+    static const int64_t FP8_DS[] = {64, 128, 72, 7}; /* 72: scalar rope; 7: odd D, scalar everywhere */
+    for (int d = 1; d < N_DTS; d++)
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < N_TS; j++) {
+                    fp8_cache_case(DTS[d], KVS[c], TS[j], 8, 2, FP8_DS[i], 1);
+                    fp8_cache_case(DTS[d], KVS[c], TS[j], 8, 2, FP8_DS[i], 0);
+                }
+    fp8_cache_case(DTYPE_BF16, DTYPE_F8_E4M3, 1500, 8, 2, 128, 1); /* more tokens than blocks */
+    fp8_cache_case(DTYPE_F16, DTYPE_F8_E5M2, 1500, 8, 2, 128, 0);
 }
 
 static void test_kv_write_fills_the_mapped_slots_only(void) {
@@ -489,9 +568,9 @@ static void test_empty_work_launches_nothing_and_bad_dtype_is_rejected(void) {
         CHECK_EQ_INT(slk_silu_mul(NULL, NULL, NULL, 0, dt, stream), 0);
         CHECK_EQ_INT(slk_gather_rows(NULL, NULL, NULL, 0, 64, dt, stream), 0);
         CHECK_EQ_INT(slk_rope(NULL, NULL, NULL, 0, 8, 2, 64, 1e4f, 1.0f, dt, stream), 0);
-        CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 0, 2, 64, dt, stream), 0);
-        CHECK_EQ_INT(slk_rope_kv_write(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, 2, 64, 1e4f, 1.0f, dt, stream),
-                     0);
+        CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 0, 2, 64, dt, dt, stream), 0);
+        CHECK_EQ_INT(
+            slk_rope_kv_write(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 8, 2, 64, 1e4f, 1.0f, dt, dt, stream), 0);
     }
     sl_dtype_t dt = DTYPE_I32;
     CHECK_EQ_INT(slk_embed(NULL, NULL, NULL, 1, 64, 0, 37, dt, stream), bad);
@@ -501,9 +580,15 @@ static void test_empty_work_launches_nothing_and_bad_dtype_is_rejected(void) {
     CHECK_EQ_INT(slk_silu_mul(NULL, NULL, NULL, 64, dt, stream), bad);
     CHECK_EQ_INT(slk_gather_rows(NULL, NULL, NULL, 1, 64, dt, stream), bad);
     CHECK_EQ_INT(slk_rope(NULL, NULL, NULL, 1, 8, 2, 64, 1e4f, 1.0f, dt, stream), bad);
-    CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 1, 2, 64, dt, stream), bad);
-    CHECK_EQ_INT(slk_rope_kv_write(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 2, 64, 1e4f, 1.0f, dt, stream),
+    CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 1, 2, 64, dt, dt, stream), bad);
+    CHECK_EQ_INT(slk_rope_kv_write(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 2, 64, 1e4f, 1.0f, dt, dt, stream),
                  bad);
+    /* an fp8 cache from f32 activations, and a 16-bit cache of another dtype */
+    CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 1, 2, 64, DTYPE_F32, DTYPE_F8_E4M3, stream), bad);
+    CHECK_EQ_INT(slk_rope_kv_write(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 2, 64, 1e4f, 1.0f, DTYPE_F32,
+                                   DTYPE_F8_E5M2, stream),
+                 bad);
+    CHECK_EQ_INT(slk_kv_write(NULL, NULL, NULL, NULL, NULL, 1, 2, 64, DTYPE_BF16, DTYPE_F16, stream), bad);
     /* RoPE's inverse frequencies travel in the kernel's arguments: D is bounded. */
     CHECK_EQ_INT(slk_rope(NULL, NULL, NULL, 1, 8, 2, 1024, 1e4f, 1.0f, DTYPE_BF16, stream), bad);
     KT_CUDA(cudaStreamSynchronize(stream));
@@ -525,6 +610,7 @@ int main(void) {
     RUN(test_rope_matches_cpu);
     RUN(test_rope_kv_write_matches_rope_then_kv_write);
     RUN(test_kv_write_fills_the_mapped_slots_only);
+    RUN(test_fp8_cache_writes_match_cpu_codes);
     KT_CUDA(cudaStreamDestroy(stream));
     return test_summary();
 }
