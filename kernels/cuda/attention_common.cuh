@@ -241,6 +241,9 @@ static cudaError_t launch_prefill_grid(Kern kern, size_t smem_bytes, const attn_
 cudaError_t launch_decode_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_decode_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_decode_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+/* The same over an fp8 cache (a.kv KV_E4M3 or KV_E5M2; attention_decode_fp8.cu). */
+cudaError_t launch_decode_fp8_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
+cudaError_t launch_decode_fp8_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_f32(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_bf16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
 cudaError_t launch_prefill_f16(const attn_plan_t *plan, const AttnArgs &a, cudaStream_t st);
