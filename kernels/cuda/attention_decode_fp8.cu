@@ -2,7 +2,9 @@
  * an fp8 KV cache (e4m3, e5m2) with bf16 / f16 q and out: the same kernel,
  * its K / V loads 8 codes (8 bytes) per lane, widened in registers
  * (fp8.cuh). Its own translation unit so that it compiles beside
- * attention_decode.cu.
+ * attention_decode.cu. ptxas (CUDA 13.0, sm_90, -O3): the 64 kernels use
+ * 94 to 204 registers (the bf16 cache's: up to 236), no spills.
+ * Unverified on a GPU: checked on the CUDA emulator only (tests/cuda-emu).
  */
 #include "attention_decode.cuh"
 
