@@ -47,15 +47,19 @@ static inline const char *kt_name(sl_dtype_t dt) {
     }
 }
 
+/* x rounded to dt in place (as the device holds it). */
+static inline void kt_round(float *x, int64_t n, sl_dtype_t dt) {
+    if (dt == DTYPE_F32) return;
+    void *tmp = malloc((size_t)n * dtype_size(dt));
+    dtype_from_f32(tmp, x, dt, n);
+    dtype_to_f32(x, tmp, dt, n);
+    free(tmp);
+}
+
 /* n uniform values in [lo, hi) from rng, rounded to dt in place (so host and device agree). */
 static inline void kt_fill_with(uint64_t (*rng)(void), float *x, int64_t n, float lo, float hi, sl_dtype_t dt) {
     for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((double)(rng() >> 11) / 9007199254740992.0);
-    if (dt != DTYPE_F32) {
-        void *tmp = malloc((size_t)n * dtype_size(dt));
-        dtype_from_f32(tmp, x, dt, n);
-        dtype_to_f32(x, tmp, dt, n);
-        free(tmp);
-    }
+    kt_round(x, n, dt);
 }
 
 /* Relative tolerance of one rounding of the output in dt, times `ulps`. */

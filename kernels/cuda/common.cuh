@@ -144,6 +144,29 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(lane < n_warps ? part[lane] : 0.0f);
 }
 
+/* ---- tensor cores ---------------------------------------------------------- */
+
+/* d += A (16x16, row) B (16x8, col), fp32 accumulate: a is the A fragment
+ * (a[0]: row g, columns 2t, 2t+1; a[1]: row g+8; a[2], a[3]: columns + 8),
+ * b0 / b1 the B fragment (rows 2t, 2t+1 / + 8 of column g), d rows g (d[0],
+ * d[1]) and g+8 (d[2], d[3]), columns 2t, 2t+1; g = lane / 4, t = lane % 4. */
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]),
+                       "f"(d[2]), "f"(d[3]));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %11, %12, %13};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]),
+                       "f"(d[2]), "f"(d[3]));
+    }
+}
+
 /* ---- launch helpers -------------------------------------------------------- */
 
 /* The launch's error (cudaSuccess = 0) as the int every launcher returns. */

@@ -89,6 +89,17 @@ int slk_awq_gemv(void *out, const void *in, const int32_t *qweight, const int32_
                  void *stream);
 int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t *qzeros, const void *scales, int64_t N,
                        int64_t K, int64_t G, sl_dtype_t dt, void *stream);
+/* slk_awq_mma: the same product on the tensor cores (mma.sync), bf16 and f16
+ * only, any T >= 0, K and G multiples of 16 (launch_plan.h,
+ * slk_awq_mma_takes); each weight is the dequantize kernel's (rounded to
+ * dt), the products summed in fp32: dequantize + GEMM up to the order of the
+ * sums. `workspace` of at least slk_awq_mma_workspace_bytes (never over
+ * slk_awq_mma_workspace_max_bytes(), 8 MiB). Deterministic. */
+size_t slk_awq_mma_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t G);
+size_t slk_awq_mma_workspace_max_bytes(void);
+int slk_awq_mma(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *workspace, size_t workspace_bytes,
+                void *stream);
 
 /* Paged attention, out(T, H, D), as ops.h's attention: token t of sequence s
  * attends to positions 0..positions[t] of s through its block table; query

@@ -209,4 +209,47 @@ static inline slk_awq_plan_t slk_plan_awq_gemv(int64_t T, int64_t N, int64_t K) 
     return p;
 }
 
+/* ---- AWQ W4A16 on the tensor cores: slk_awq_mma (linear_awq.cu) ----
+ * A block is SLK_AWQ_THREADS threads (8 warps) over 8 int32 columns of
+ * qweight (64 outputs), 8 * ntiles tokens (gridDim.z takes the next ones),
+ * and a chunk of K in steps of 16 (one mma.sync's depth); the warps take the
+ * chunk's batches of `batch` steps in turn. A batch lies in one group
+ * (batch divides G / 16), so its loads come with one scale and zero load.
+ * K is split over gridDim.y = ksplit blocks until the grid has
+ * SLK_AWQ_MIN_BLOCKS blocks, keeping a batch for every warp of a chunk.
+ * Takes K and G multiples of 16 (G dividing K), N a multiple of 8, any T. */
+#define SLK_AWQ_MMA_WARPS 8
+
+typedef struct {
+    int ntiles;           /* 8-token mma tiles per block: 1, 2 or 4 */
+    int batch;            /* k-steps of 16 per load batch: 1, 2 or 4 */
+    int ksplit;           /* blocks along K (gridDim.y) */
+    int64_t chunk;        /* k-steps per split, a multiple of batch */
+    int64_t col_blocks;   /* cdiv(N / 8, 8) (gridDim.x) */
+    int64_t token_blocks; /* cdiv(T, 8 ntiles) (gridDim.z) */
+} slk_awq_mma_plan_t;
+
+static inline int slk_awq_mma_takes(int64_t N, int64_t K, int64_t G) {
+    return N > 0 && N % 8 == 0 && G > 0 && G % 16 == 0 && K > 0 && K % G == 0;
+}
+
+/* Callers pass T >= 1 and a shape slk_awq_mma_takes. */
+static inline slk_awq_mma_plan_t slk_plan_awq_mma(int64_t T, int64_t N, int64_t K, int64_t G) {
+    slk_awq_mma_plan_t p;
+    p.ntiles = T <= 8 ? 1 : T <= 16 ? 2 : 4;
+    const int64_t group_steps = G / 16, steps = K / 16;
+    const int most = p.ntiles == 4 ? 2 : 4; /* registers: 4 ntiles x 4 m-tiles x 4 accumulators already */
+    p.batch = most == 4 && group_steps % 4 == 0 ? 4 : group_steps % 2 == 0 ? 2 : 1;
+    p.col_blocks = slk_cdiv64(N / 8, 8);
+    p.token_blocks = slk_cdiv64(T, 8 * p.ntiles);
+    const int64_t batches = steps / p.batch;
+    int64_t split = slk_min64(slk_cdiv64(SLK_AWQ_MIN_BLOCKS, p.col_blocks * p.token_blocks),
+                              slk_cdiv64(batches, SLK_AWQ_MMA_WARPS));
+    if (split < 1) split = 1;
+    const int64_t chunk_batches = slk_cdiv64(batches, split);
+    p.chunk = chunk_batches * p.batch;
+    p.ksplit = (int)slk_cdiv64(batches, chunk_batches);
+    return p;
+}
+
 #endif

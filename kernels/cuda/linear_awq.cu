@@ -223,6 +223,213 @@ __global__ void awq_dequantize_kernel(T *__restrict__ w, const int32_t *__restri
         w[(j * 8 + awq_col(i)) * K + k] = slk::from_f32<T>(fmaf((float)((q >> (4 * i)) & 15u), s[i], -zs[i]));
 }
 
+/* ---- slk_awq_mma: the weights as the A operand of mma.sync m16n8k16 ----
+ *
+ * Rows of the 16x16 A tile are output columns, its columns 16 consecutive k;
+ * the 8 columns of the B tile are tokens. A thread (g = lane / 4, c = lane % 4)
+ * needs A at rows g and g + 8 and k = 2c, 2c + 1, 2c + 8, 2c + 9, as pairs of
+ * consecutive k. The tile's rows are mapped to columns so that a thread's
+ * rows, in all 4 tiles of the block's 64 columns, are the 8 nibbles of ONE
+ * int32 column j = 8 blockIdx.x + g: tile t's row g is nibble 2t of column j,
+ * its row g + 8 nibble 2t + 1. So a thread loads 4 int32 per 16-k step (rows
+ * k + 2c, + 1, + 8, + 9 of column j) and uses every nibble of them: byte t of
+ * the (k, k + 1) int32s, PRMT-ed into one register, holds both pairs of tile t
+ * (low nibbles: row g; high: row g + 8). Masked into the low mantissa bits of
+ * 128.0 (bf16) or 1024.0 (f16), a nibble is 128 + q or 1024 + q exactly.
+ * Then per pair, with the group's constants of that nibble:
+ * - f16: (v - (1024 + z)) is q - z exactly, times s (an fp16, exact) rounds
+ *   once: the dequantize kernel's weight, bit for bit;
+ * - bf16: s is split into s_hi = bf16(s) and s_lo = s - s_hi (at most 3
+ *   significant bits, exact in bf16); d = q - z exactly, p = d s_lo exactly
+ *   (at most 7 bits), and fma(d, s_hi, p) rounds d s once: again the
+ *   dequantize kernel's weight (an fp32 (q - z) s rounded to bf16).
+ * The products with the tokens are exact and summed in fp32 by the tensor
+ * cores: the result is dequantize + GEMM's up to the order of fp32 sums.
+ * The 8 warps' partials meet in shared memory (warp order), then the K split's
+ * in the workspace (split order): deterministic, run to run. */
+
+template <typename To, typename From> __device__ __forceinline__ To bit_cast32(From v) {
+    static_assert(sizeof(To) == 4 && sizeof(From) == 4, "32-bit values");
+    To t;
+    memcpy(&t, &v, 4);
+    return t;
+}
+
+/* One group's constants for a thread's 8 nibbles, and the pairs they make. */
+template <typename T> struct MmaDequant;
+
+template <> struct MmaDequant<__nv_bfloat16> {
+    using P = __nv_bfloat162;
+    static constexpr uint32_t MAGIC = 0x43004300u; /* 128.0 in each half */
+    P zb[8], hi[8], lo[8];
+    __device__ __forceinline__ void load(uint32_t z, const __half (&s)[8]) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float sf = __half2float(s[awq_col(i)]);
+            const __nv_bfloat16 h = __float2bfloat16_rn(sf), l = __float2bfloat16_rn(sf - __bfloat162float(h));
+            const __nv_bfloat16 zz = __float2bfloat16_rn(128.0f + (float)((z >> (4 * i)) & 15u));
+            zb[i] = P{zz, zz}, hi[i] = P{h, h}, lo[i] = P{l, l};
+        }
+    }
+    __device__ __forceinline__ uint32_t pair(uint32_t v, int i) const {
+        const P d = __hsub2(bit_cast32<P>(v), zb[i]);
+        return bit_cast32<uint32_t>(__hfma2(d, hi[i], __hmul2(d, lo[i])));
+    }
+};
+
+template <> struct MmaDequant<__half> {
+    using P = __half2;
+    static constexpr uint32_t MAGIC = 0x64006400u; /* 1024.0 in each half */
+    P zb[8], sc[8];
+    __device__ __forceinline__ void load(uint32_t z, const __half (&s)[8]) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const __half zz = __float2half_rn(1024.0f + (float)((z >> (4 * i)) & 15u)), ss = s[awq_col(i)];
+            zb[i] = P{zz, zz}, sc[i] = P{ss, ss};
+        }
+    }
+    __device__ __forceinline__ uint32_t pair(uint32_t v, int i) const {
+        return bit_cast32<uint32_t>(__hmul2(__hsub2(bit_cast32<P>(v), zb[i]), sc[i]));
+    }
+};
+
+template <typename T, int NT, int U>
+__global__ void __launch_bounds__(SLK_AWQ_THREADS)
+    awq_mma_kernel(T *__restrict__ out, float *__restrict__ ws, const T *__restrict__ in,
+                   const int32_t *__restrict__ qweight, const int32_t *__restrict__ qzeros,
+                   const __half *__restrict__ scales, int T_, int64_t N, int64_t K, int64_t G, int64_t chunk) {
+    static_assert(SLK_AWQ_THREADS == 32 * SLK_AWQ_MMA_WARPS, "8 warps");
+    constexpr uint32_t MAGIC = MmaDequant<T>::MAGIC;
+    __shared__ float red[SLK_AWQ_MMA_WARPS][8][64];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const int64_t N8 = N / 8, j = (int64_t)blockIdx.x * 8 + g, steps = K / 16;
+    const int64_t s0 = (int64_t)blockIdx.y * chunk, s1 = s0 + chunk < steps ? s0 + chunk : steps;
+    const int tok0 = (int)blockIdx.z * 8 * NT;
+    const bool live = j < N8;
+    const uint32_t *x2 = reinterpret_cast<const uint32_t *>(in); /* pairs of consecutive k */
+
+    float acc[4][NT][4];
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][n][e] = 0.0f;
+
+    MmaDequant<T> dq;
+    int64_t cur = -1;
+    /* Warp-uniform bounds: every lane reaches every mma.sync. */
+    for (int64_t sb = s0 + (int64_t)warp * U; sb < s1; sb += (int64_t)SLK_AWQ_MMA_WARPS * U) {
+        uint32_t q[U][4], b[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t k = (sb + u) * 16 + 2 * c;
+            q[u][0] = live ? (uint32_t)__ldg(qweight + k * N8 + j) : 0u;
+            q[u][1] = live ? (uint32_t)__ldg(qweight + (k + 1) * N8 + j) : 0u;
+            q[u][2] = live ? (uint32_t)__ldg(qweight + (k + 8) * N8 + j) : 0u;
+            q[u][3] = live ? (uint32_t)__ldg(qweight + (k + 9) * N8 + j) : 0u;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const int tok = tok0 + n * 8 + g;
+                b[u][n][0] = tok < T_ ? __ldg(x2 + ((int64_t)tok * K + k) / 2) : 0u;
+                b[u][n][1] = tok < T_ ? __ldg(x2 + ((int64_t)tok * K + k + 8) / 2) : 0u;
+            }
+        }
+        const int64_t grp = sb * 16 / G; /* the batch's one group */
+        if (grp != cur) {
+            uint32_t z = 0;
+            uint4 sraw = make_uint4(0, 0, 0, 0);
+            if (live) {
+                z = (uint32_t)__ldg(qzeros + grp * N8 + j);
+                sraw = __ldg(reinterpret_cast<const uint4 *>(scales + grp * N + j * 8));
+            }
+            __half s[8];
+            memcpy(s, &sraw, sizeof s);
+            dq.load(z, s);
+            cur = grp;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                /* byte t of rows (k, k + 1) in one register, and of rows (k + 8, k + 9) */
+                const uint32_t sel = (uint32_t)(t | t << 4 | (4 + t) << 8 | (4 + t) << 12);
+                const uint32_t lo2 = __byte_perm(q[u][0], q[u][1], sel), hi2 = __byte_perm(q[u][2], q[u][3], sel);
+                const uint32_t a[4] = {dq.pair((lo2 & 0x000F000Fu) | MAGIC, 2 * t),
+                                       dq.pair(((lo2 >> 4) & 0x000F000Fu) | MAGIC, 2 * t + 1),
+                                       dq.pair((hi2 & 0x000F000Fu) | MAGIC, 2 * t),
+                                       dq.pair(((hi2 >> 4) & 0x000F000Fu) | MAGIC, 2 * t + 1)};
+#pragma unroll
+                for (int n = 0; n < NT; n++) slk::mma_16816<T>(acc[t][n], a, b[u][n][0], b[u][n][1]);
+            }
+    }
+
+    /* Per 8-token tile: the warps' sums, added in warp order. acc[t][n][2h + e]
+     * is column 8 j + awq_col(2t + h), token tok0 + 8n + 2c + e. */
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        if (tok0 + n * 8 >= T_) break; /* the same for the whole block: no thread skips a barrier */
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) red[warp][2 * c + e][8 * g + awq_col(2 * t + h)] = acc[t][n][2 * h + e];
+        __syncthreads();
+        for (int o = threadIdx.x; o < 8 * 64; o += SLK_AWQ_THREADS) {
+            const int tk = o / 64, col = o % 64, tok = tok0 + n * 8 + tk;
+            const int64_t nn = (int64_t)blockIdx.x * 64 + col;
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < SLK_AWQ_MMA_WARPS; w++) sum += red[w][tk][col];
+            if (tok < T_ && nn < N) {
+                if (gridDim.y == 1) out[(int64_t)tok * N + nn] = slk::from_f32<T>(sum);
+                else ws[((int64_t)blockIdx.y * T_ + tok) * N + nn] = sum;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T, int NT, int U>
+int launch_mma(const slk_awq_mma_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
+               const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
+               cudaStream_t st) {
+    const dim3 grid((unsigned)p.col_blocks, (unsigned)p.ksplit, (unsigned)p.token_blocks);
+    awq_mma_kernel<T, NT, U><<<grid, SLK_AWQ_THREADS, 0, st>>>(
+        static_cast<T *>(out), static_cast<float *>(ws), static_cast<const T *>(in), qweight, qzeros,
+        static_cast<const __half *>(scales), (int)T_, N, K, G, p.chunk);
+    if (p.ksplit > 1) {
+        const int64_t TN = T_ * N;
+        awq_reduce_kernel<T><<<(unsigned)slk_cdiv64(TN, 256), 256, 0, st>>>(static_cast<T *>(out),
+                                                                          static_cast<const float *>(ws), TN,
+                                                                          p.ksplit);
+    }
+    return slk::launch_result();
+}
+
+template <typename T, int NT>
+int dispatch_batch(const slk_awq_mma_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
+                   const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
+                   cudaStream_t st) {
+    switch (p.batch) {
+    case 1: return launch_mma<T, NT, 1>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    case 2: return launch_mma<T, NT, 2>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    default: return launch_mma<T, NT, (NT == 4 ? 2 : 4)>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    }
+}
+
+template <typename T>
+int dispatch_mma(const slk_awq_mma_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
+                 const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
+                 cudaStream_t st) {
+    switch (p.ntiles) {
+    case 1: return dispatch_batch<T, 1>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    case 2: return dispatch_batch<T, 2>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    default: return dispatch_batch<T, 4>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    }
+}
+
 template <typename T, typename O, int NT>
 int launch_gemv(const slk_awq_plan_t &p, void *out, void *ws, const void *in, const int32_t *qweight,
                 const int32_t *qzeros, const void *scales, int64_t T_, int64_t N, int64_t K, int64_t G,
@@ -297,4 +504,33 @@ extern "C" int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t
         return slk::launch_result();
     });
     return (int)cudaErrorInvalidValue;
+}
+
+/* ksplit > 1 only while col_blocks x token_blocks < SLK_AWQ_MIN_BLOCKS, and then
+ * ksplit x col_blocks x token_blocks < 2 SLK_AWQ_MIN_BLOCKS; T <= 32
+ * token_blocks and N <= 64 col_blocks: the partials fit 2 x 512 x 32 x 64 x 4
+ * bytes, 8 MiB. */
+extern "C" size_t slk_awq_mma_workspace_max_bytes(void) {
+    return (size_t)2 * SLK_AWQ_MIN_BLOCKS * 32 * 64 * sizeof(float);
+}
+
+extern "C" size_t slk_awq_mma_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t G) {
+    if (T <= 0 || !slk_awq_mma_takes(N, K, G)) return 0;
+    const slk_awq_mma_plan_t p = slk_plan_awq_mma(T, N, K, G);
+    return p.ksplit > 1 ? (size_t)p.ksplit * (size_t)T * (size_t)N * sizeof(float) : 0;
+}
+
+extern "C" int slk_awq_mma(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros,
+                           const void *scales, int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt,
+                           void *workspace, size_t workspace_bytes, void *stream) {
+    if ((dt != DTYPE_BF16 && dt != DTYPE_F16) || T < 0 || !slk_awq_mma_takes(N, K, G))
+        return (int)cudaErrorInvalidValue;
+    if (T == 0) return 0;
+    const slk_awq_mma_plan_t p = slk_plan_awq_mma(T, N, K, G);
+    if (p.token_blocks > 65535 || workspace_bytes < slk_awq_mma_workspace_bytes(T, N, K, G))
+        return (int)cudaErrorInvalidValue;
+    const cudaStream_t st = slk::as_stream(stream);
+    if (dt == DTYPE_BF16)
+        return dispatch_mma<__nv_bfloat16>(p, out, workspace, in, qweight, qzeros, scales, T, N, K, G, st);
+    return dispatch_mma<__half>(p, out, workspace, in, qweight, qzeros, scales, T, N, K, G, st);
 }

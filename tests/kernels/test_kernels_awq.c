@@ -57,31 +57,43 @@ static void awq_free(awq_t *a) {
     cudaFree(a->d_qweight), cudaFree(a->d_qzeros), cudaFree(a->d_scales);
 }
 
-/* slk_awq_gemv for T rows of x (T, K) in dt against cpu_linear on the dequantized weights. */
-static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
+/* slk_awq_gemv (mma = 0) or slk_awq_mma (mma = 1) for T rows of x (T, K) in dt against cpu_linear on the
+ * dequantized weights: in fp32 for the GEMV, rounded to dt for the tensor cores (their operands). */
+static void check_product(const awq_t *a, int64_t T, sl_dtype_t dt, int mma) {
     const int64_t N = a->N, K = a->K, n_out = T * N;
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "awq_gemv %s T=%lld N=%lld K=%lld G=%lld", kt_name(dt), (long long)T, (long long)N,
-             (long long)K, (long long)a->G);
+    snprintf(ctx, sizeof ctx, "%s %s T=%lld N=%lld K=%lld G=%lld", mma ? "awq_mma" : "awq_gemv", kt_name(dt),
+             (long long)T, (long long)N, (long long)K, (long long)a->G);
     float *x = kt_fvec(T * K), *want = kt_fvec(n_out), *maxterm = kt_fvec(n_out), *termnorm = kt_fvec(n_out);
+    const float *w = a->w;
+    float *rounded = NULL;
+    if (mma) {
+        rounded = kt_fvec(N * K);
+        memcpy(rounded, a->w, (size_t)(N * K) * sizeof(float));
+        kt_round(rounded, N * K, dt);
+        w = rounded;
+    }
     kt_fill(x, T * K, -1.0f, 1.0f, dt);
-    cpu_linear(want, x, a->w, DTYPE_F32, T, N, K);
+    cpu_linear(want, x, w, DTYPE_F32, T, N, K);
     for (int64_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
             double m = 0, ss = 0;
             for (int64_t k = 0; k < K; k++) {
-                double term = (double)a->w[n * K + k] * x[t * K + k];
+                double term = (double)w[n * K + k] * x[t * K + k];
                 m = fmax(m, fabs(term)), ss += term * term;
             }
             maxterm[t * N + n] = (float)m, termnorm[t * N + n] = (float)sqrt(ss);
         }
     void *d_x = kt_upload(x, T * K, dt), *d_out = NULL, *ws = NULL;
-    const size_t es = kt_size(dt), ws_bytes = slk_awq_gemv_workspace_bytes(T, N, K);
+    const size_t es = kt_size(dt);
+    const size_t ws_bytes = mma ? slk_awq_mma_workspace_bytes(T, N, K, a->G) : slk_awq_gemv_workspace_bytes(T, N, K);
     KT_CUDA(cudaMalloc(&d_out, (size_t)(n_out + GUARD) * es));
     KT_CUDA(cudaMemset(d_out, 0xff, (size_t)(n_out + GUARD) * es));
     if (ws_bytes) KT_CUDA(cudaMalloc(&ws, ws_bytes));
-    int rc = slk_awq_gemv(d_out, d_x, a->d_qweight, a->d_qzeros, a->d_scales, T, N, K, a->G, dt, ws, ws_bytes,
-                          stream);
+    int rc = mma ? slk_awq_mma(d_out, d_x, a->d_qweight, a->d_qzeros, a->d_scales, T, N, K, a->G, dt, ws, ws_bytes,
+                               stream)
+                 : slk_awq_gemv(d_out, d_x, a->d_qweight, a->d_qzeros, a->d_scales, T, N, K, a->G, dt, ws, ws_bytes,
+                                stream);
     if (rc != 0) {
         fprintf(stderr, "  %s: launcher returned %d\n", ctx, rc);
         test_cur_failed = 1;
@@ -89,7 +101,7 @@ static void check_gemv(const awq_t *a, int64_t T, sl_dtype_t dt) {
     float *got = kt_fvec(n_out + GUARD);
     kt_download(got, d_out, n_out + GUARD, dt);
     kt_check_linear(ctx, got, want, n_out, GUARD, termnorm, maxterm, K, dt);
-    free(x), free(want), free(maxterm), free(termnorm), free(got);
+    free(x), free(want), free(maxterm), free(termnorm), free(got), free(rounded);
     cudaFree(d_x), cudaFree(d_out), cudaFree(ws);
 }
 
@@ -131,6 +143,14 @@ static void test_awq_rejects_what_it_does_not_take(void) {
     CHECK(need > 0);
     CHECK(slk_awq_gemv(buf, buf, NULL, NULL, NULL, 1, 8, 4096, 128, DTYPE_F32, buf, need - 1, stream) != 0);
     CHECK(slk_awq_dequantize(buf, NULL, NULL, NULL, 12, 64, 32, DTYPE_BF16, stream) != 0);
+    /* The tensor cores: 16-bit dtypes, K and G multiples of 16, the workspace. */
+    CHECK(slk_awq_mma(buf, buf, NULL, NULL, NULL, 16, 64, 64, 32, DTYPE_F32, NULL, 0, stream) != 0);
+    CHECK(slk_awq_mma(buf, buf, NULL, NULL, NULL, 16, 64, 96, 24, DTYPE_BF16, NULL, 0, stream) != 0);
+    CHECK(slk_awq_mma(buf, buf, NULL, NULL, NULL, 16, 64, 40, 40, DTYPE_BF16, NULL, 0, stream) != 0);
+    CHECK(slk_awq_mma(buf, buf, NULL, NULL, NULL, 16, 60, 64, 32, DTYPE_F16, NULL, 0, stream) != 0);
+    need = slk_awq_mma_workspace_bytes(16, 64, 4096, 128);
+    CHECK(need > 0);
+    CHECK(slk_awq_mma(buf, buf, NULL, NULL, NULL, 16, 64, 4096, 128, DTYPE_BF16, buf, need - 1, stream) != 0);
 }
 
 /* The backend sizes the workspace once, at the bound: no shape may need more. */
@@ -150,6 +170,22 @@ static void test_awq_workspace_never_exceeds_its_bound(void) {
                 }
             }
     CHECK(worst > max / 2); /* the bound is near what some shape needs */
+
+    const size_t mma_max = slk_awq_mma_workspace_max_bytes();
+    size_t mma_worst = 0;
+    for (int64_t N = 8; N <= (int64_t)1 << 18; N += N < 4096 ? 8 : 1032)
+        for (int64_t K = 128; K <= 65536; K *= 2)
+            for (int64_t T = 1; T <= 1024; T += T < 40 ? 1 : 97) {
+                size_t b = slk_awq_mma_workspace_bytes(T, N, K, 128);
+                mma_worst = b > mma_worst ? b : mma_worst;
+                if (b > mma_max) {
+                    fprintf(stderr, "  awq_mma T=%lld N=%lld K=%lld needs %zu bytes, over the bound %zu\n",
+                            (long long)T, (long long)N, (long long)K, b, mma_max);
+                    test_cur_failed = 1;
+                    return;
+                }
+            }
+    CHECK(mma_worst > mma_max / 4);
 }
 
 /* N, K, G; the emulator (SERVELAB_TEST_MAX_WORK) keeps the small ones. Groups
@@ -162,6 +198,9 @@ static const int64_t SHAPES[][3] = {
     {16, 64, 4},       {8, 960, 96},
 };
 
+static const int64_t MMA_TS[] = {1, 5, 8, 9, 16, 24, 33, 70};
+#define N_MMA_TS (sizeof MMA_TS / sizeof MMA_TS[0])
+
 static void test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape(void) {
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
         int64_t N = SHAPES[s][0], K = SHAPES[s][1], G = SHAPES[s][2] < 0 ? K : SHAPES[s][2];
@@ -170,7 +209,10 @@ static void test_awq_kernels_match_the_cpu_twins_for_every_t_dtype_and_shape(voi
         awq_init(&a, N, K, G);
         for (int d = 0; d < N_DTS; d++) {
             check_dequantize(&a, DTS[d]);
-            for (int64_t T = 1; T <= SLK_AWQ_MAX_T; T++) check_gemv(&a, T, DTS[d]);
+            for (int64_t T = 1; T <= SLK_AWQ_MAX_T; T++) check_product(&a, T, DTS[d], 0);
+            /* the tensor cores: one and several token tiles (and token blocks: T > 32), at 16-bit dtypes */
+            for (size_t t = 0; DTS[d] != DTYPE_F32 && slk_awq_mma_takes(N, K, G) && t < N_MMA_TS; t++)
+                if (!kt_too_big(MMA_TS[t] * N * K)) check_product(&a, MMA_TS[t], DTS[d], 1);
         }
         awq_free(&a);
     }

@@ -124,6 +124,45 @@ static inline __half __ushort_as_half(unsigned short u) { __half h; h.__x = u; r
 static inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
 static inline __half2 __floats2half2_rn(float a, float b) { return {__half(a), __half(b)}; }
 
+/* ---- packed 16-bit arithmetic (sm_90's add/sub/mul/fma .bf16x2 and .f16x2,
+ * round to nearest): each half computed exactly in double (every use in the
+ * kernels is exact there: 16-bit operands, one product), then rounded once.
+ * Rounding the double to float "to odd" first makes the rounding of that float
+ * to the 16-bit type the single correct rounding of the double (float keeps
+ * more than 2 bits beyond a 16-bit significand). ---- */
+static inline float slemu_f64_to_f32_odd(double r) {
+    float f = (float)r;
+    if (r != r) return f;
+    if (fabs((double)f) > fabs(r)) f = nextafterf(f, 0.0f); /* toward zero */
+    if ((double)f != r) {
+        unsigned u;
+        memcpy(&u, &f, 4);
+        u |= 1u; /* inexact: the odd neighbour */
+        memcpy(&f, &u, 4);
+    }
+    return f;
+}
+#define SLEMU_PAIR_OP(P, H, name, expr)                                                                  \
+    static inline P name(P a, P b) {                                                                     \
+        auto op = [](double x, double y) { return H(slemu_f64_to_f32_odd(expr)); };                      \
+        return {op((float)a.x, (float)b.x), op((float)a.y, (float)b.y)};                                 \
+    }
+SLEMU_PAIR_OP(__nv_bfloat162, __nv_bfloat16, __hadd2, x + y)
+SLEMU_PAIR_OP(__nv_bfloat162, __nv_bfloat16, __hsub2, x - y)
+SLEMU_PAIR_OP(__nv_bfloat162, __nv_bfloat16, __hmul2, x * y)
+SLEMU_PAIR_OP(__half2, __half, __hadd2, x + y)
+SLEMU_PAIR_OP(__half2, __half, __hsub2, x - y)
+SLEMU_PAIR_OP(__half2, __half, __hmul2, x * y)
+#undef SLEMU_PAIR_OP
+static inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) {
+    auto op = [](double x, double y, double z) { return __nv_bfloat16(slemu_f64_to_f32_odd(x * y + z)); };
+    return {op((float)a.x, (float)b.x, (float)c.x), op((float)a.y, (float)b.y, (float)c.y)};
+}
+static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+    auto op = [](double x, double y, double z) { return __half(slemu_f64_to_f32_odd(x * y + z)); };
+    return {op((float)a.x, (float)b.x, (float)c.x), op((float)a.y, (float)b.y, (float)c.y)};
+}
+
 /* ---- scalar intrinsics (round-to-nearest forms: the host's IEEE ops; the
  * tier compiles with -ffp-contract=off so nothing is fused behind them) ---- */
 static inline float __fmul_rn(float a, float b) { return a * b; }
@@ -136,6 +175,19 @@ static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c);
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
 static inline float __saturatef(float a) { return a < 0.0f ? 0.0f : a > 1.0f ? 1.0f : a; }
+/* PRMT's default mode: byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {y, x} (x the low
+ * four), its sign bit replicated over the byte when bit 3 of that selector nibble is set. */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long xy = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) {
+        const unsigned sel = (s >> (4 * i)) & 15u;
+        unsigned b = (unsigned)(xy >> (8 * (sel & 7u))) & 0xffu;
+        if (sel & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+        r |= b << (8 * i);
+    }
+    return r;
+}
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
