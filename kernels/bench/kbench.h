@@ -128,6 +128,7 @@ int kb_sample_rows(int64_t n, int64_t rows[4]);
 void kb_bench_elementwise(kb_ctx_t *c, const kb_model_t *m);  /* kbench_ops.c */
 void kb_bench_attention(kb_ctx_t *c, const kb_model_t *m);    /* kbench_attn.c */
 void kb_bench_gemm(kb_ctx_t *c, const kb_model_t *m);         /* kbench_gemm.c */
+void kb_bench_gemm_layer(kb_ctx_t *c, const kb_model_t *m, int64_t T); /* kbench_gemm.c */
 void kb_bench_awq(kb_ctx_t *c, const kb_model_t *m);          /* kbench_awq.c */
 void kb_bench_sample(kb_ctx_t *c, const kb_model_t *m);       /* kbench_sample.c */
 /* One cuBLAS GEMM as cuda_backend.c's gemm(): out (T, N) in ctype = in (T, K) . W (N, K)^T,

@@ -127,16 +127,31 @@ static void gemm_case(kb_ctx_t *c, const kb_model_t *m, const linear_t *l, int64
     kb_free_all(ptrs, 3);
 }
 
-void kb_bench_gemm(kb_ctx_t *c, const kb_model_t *m) {
-    const int want_gemm = kb_opts_wants(&c->opts, "gemm"), want_gemv = kb_opts_wants(&c->opts, "gemv");
-    if (!want_gemm && !want_gemv) return;
-    /* The linears of src/model/llama.c, in the order a layer runs them; k and v share a shape. */
-    const linear_t linears[] = {
+/* The linears of src/model/llama.c, in the order a layer runs them; k and v share a shape. */
+static int model_linears(const kb_model_t *m, linear_t out[6]) {
+    const linear_t l[] = {
         {"q", m->H * m->D, m->hidden, 0},     {"k/v", m->Hkv * m->D, m->hidden, 0},
         {"o", m->hidden, m->H * m->D, 0},     {"gate/up", m->inter, m->hidden, 0},
         {"down", m->hidden, m->inter, 0},     {"lm_head", m->V, m->hidden, 1},
     };
-    const size_t n_linears = sizeof linears / sizeof linears[0];
+    memcpy(out, l, sizeof l);
+    return 6;
+}
+
+/* cuBLAS on the layer's linears (lm_head aside) at T: the bf16 rows that kbench_awq.c's tensor-core rows are
+ * read against. */
+void kb_bench_gemm_layer(kb_ctx_t *c, const kb_model_t *m, int64_t T) {
+    linear_t linears[6];
+    const int n = model_linears(m, linears);
+    for (int j = 0; j < n; j++)
+        if (!linears[j].logits) gemm_case(c, m, &linears[j], T, "gemm");
+}
+
+void kb_bench_gemm(kb_ctx_t *c, const kb_model_t *m) {
+    const int want_gemm = kb_opts_wants(&c->opts, "gemm"), want_gemv = kb_opts_wants(&c->opts, "gemv");
+    if (!want_gemm && !want_gemv) return;
+    linear_t linears[6];
+    const size_t n_linears = (size_t)model_linears(m, linears);
     int64_t Ts[8];
     int n_T = kb_token_counts(c->opts.quick, Ts), has_gemv_t = 0;
     for (int i = 0; want_gemm && i < n_T; i++)

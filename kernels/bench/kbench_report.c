@@ -10,7 +10,7 @@
 #include <string.h>
 
 const char *const kb_kernel_names[] = {"rmsnorm", "add_rmsnorm", "silu_mul", "rope_kv_write", "embed",
-                                       "attn_decode", "attn_prefill", "gemm", "gemv", "awq_gemv", "sample", NULL};
+                                       "attn_decode", "attn_prefill", "gemm", "gemv", "awq_gemv", "awq_mma", "sample", NULL};
 
 const char kb_usage[] =
     "usage: servelab-kernel-bench [--dtype bf16|f16|f32] [--iters N] [--warmup N] [--quick]\n"
@@ -19,7 +19,7 @@ const char kb_usage[] =
     "then times it with CUDA events (median of --iters, default 50, each after an L2 flush) and\n"
     "prints GB/s or TFLOP/s and the % of the roofline measured in the same run (device copy\n"
     "bandwidth, cuBLAS 8192^3 GEMM rate). Kernels: rmsnorm add_rmsnorm silu_mul rope_kv_write\n"
-    "embed attn_decode attn_prefill gemm gemv awq_gemv sample. Exit status: 0 all PASS, 1 a FAIL or CUDA error,\n"
+    "embed attn_decode attn_prefill gemm gemv awq_gemv awq_mma sample. Exit status: 0 all PASS, 1 a FAIL or CUDA error,\n"
     "2 usage error, 77 no CUDA device.\n";
 
 /* ---- options ------------------------------------------------------------------ */
@@ -61,7 +61,7 @@ static int parse_only(char *v, kb_opts_t *o, char *err, size_t cap) {
         size_t len = strcspn(p, ",");
         int k = known_kernel(p, len);
         if (k < 0) return fail(err, cap, "argument --only: unknown kernel '%.*s' (choose from rmsnorm, add_rmsnorm, "
-                               "silu_mul, rope_kv_write, embed, attn_decode, attn_prefill, gemm, sample)", (int)len, p);
+                               "silu_mul, rope_kv_write, embed, attn_decode, attn_prefill, gemm, gemv, awq_gemv, awq_mma, sample)", (int)len, p);
         if (o->n_only == KB_MAX_ONLY) return fail(err, cap, "argument --only: too many names");
         o->only[o->n_only++] = kb_kernel_names[k];
         p += len;

@@ -255,17 +255,24 @@ template <typename To, typename From> __device__ __forceinline__ To bit_cast32(F
     return t;
 }
 
-/* One group's constants for a thread's 8 nibbles, and the pairs they make. */
+/* Half m of 16 bytes of scales (columns 8j..8j+7): the scale of column 8j + m. */
+__device__ __forceinline__ __half scale_of(uint4 s, int m) {
+    const uint32_t w = m < 2 ? s.x : m < 4 ? s.y : m < 6 ? s.z : s.w;
+    return __ushort_as_half((unsigned short)(w >> (16 * (m & 1))));
+}
+
+/* One group's constants for a thread's 8 nibbles (scales and zeros of column j
+ * as loaded: 16 bytes, one int32), and the pairs they make. */
 template <typename T> struct MmaDequant;
 
 template <> struct MmaDequant<__nv_bfloat16> {
     using P = __nv_bfloat162;
     static constexpr uint32_t MAGIC = 0x43004300u; /* 128.0 in each half */
     P zb[8], hi[8], lo[8];
-    __device__ __forceinline__ void load(uint32_t z, const __half (&s)[8]) {
+    __device__ __forceinline__ void load(uint32_t z, uint4 s) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float sf = __half2float(s[awq_col(i)]);
+            const float sf = __half2float(scale_of(s, awq_col(i)));
             const __nv_bfloat16 h = __float2bfloat16_rn(sf), l = __float2bfloat16_rn(sf - __bfloat162float(h));
             const __nv_bfloat16 zz = __float2bfloat16_rn(128.0f + (float)((z >> (4 * i)) & 15u));
             zb[i] = P{zz, zz}, hi[i] = P{h, h}, lo[i] = P{l, l};
@@ -281,10 +288,10 @@ template <> struct MmaDequant<__half> {
     using P = __half2;
     static constexpr uint32_t MAGIC = 0x64006400u; /* 1024.0 in each half */
     P zb[8], sc[8];
-    __device__ __forceinline__ void load(uint32_t z, const __half (&s)[8]) {
+    __device__ __forceinline__ void load(uint32_t z, uint4 s) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const __half zz = __float2half_rn(1024.0f + (float)((z >> (4 * i)) & 15u)), ss = s[awq_col(i)];
+            const __half zz = __float2half_rn(1024.0f + (float)((z >> (4 * i)) & 15u)), ss = scale_of(s, awq_col(i));
             zb[i] = P{zz, zz}, sc[i] = P{ss, ss};
         }
     }
@@ -343,9 +350,7 @@ __global__ void __launch_bounds__(SLK_AWQ_THREADS)
                 z = (uint32_t)__ldg(qzeros + grp * N8 + j);
                 sraw = __ldg(reinterpret_cast<const uint4 *>(scales + grp * N + j * 8));
             }
-            __half s[8];
-            memcpy(s, &sraw, sizeof s);
-            dq.load(z, s);
+            dq.load(z, sraw);
             cur = grp;
         }
 #pragma unroll

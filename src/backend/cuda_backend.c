@@ -79,9 +79,9 @@ typedef struct {
     void *retired_ws[MAX_RETIRED]; /* earlier graph workspaces, still read by the graphs captured on them */
     int n_retired;
     void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
-    void *awq_ws;           /* slk_awq_gemv's split partials: its fixed bound, allocated at first use */
+    void *awq_ws;           /* the AWQ GEMV's and tensor-core kernel's split partials: their fixed bound, at first use */
     size_t awq_ws_bytes;
-    void *awq_w;            /* an AWQ linear dequantized for cuBLAS (T > SLK_AWQ_MAX_T), the largest one */
+    void *awq_w;            /* an AWQ linear dequantized for cuBLAS (awq_linear), the largest one */
     size_t awq_w_bytes;
     void *sample_ws;        /* slk_sample's scratch: zero between calls (zeroed when it grows) */
     size_t sample_ws_bytes;
@@ -321,13 +321,21 @@ static void cu_thread_init(void *ctx) {
 static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                  int64_t T, const char *op);
 
-/* An AWQ linear (W4A16, ops.h): up to SLK_AWQ_MAX_T rows the GEMV on the
- * nibbles; past that the weight is dequantized into awq_w and multiplied by
- * cuBLAS (the bytes are 4.5 per weight then, not 0.52: a batched 4-bit
- * kernel is what would make large batches faster than bf16). Both kernels
- * build each weight exactly as the CPU's AWQ kernels do. awq_w grows to the
- * largest linear during the first forward (the profiling or warm-up run,
- * before any graph is captured); the GEMV's workspace is its fixed bound. */
+/* An AWQ linear (W4A16, ops.h), by T:
+ * - up to SLK_AWQ_MAX_T rows, the GEMV on the nibbles (slk_awq_gemv);
+ * - up to AWQ_MMA_MAX_T rows at 16-bit activations (and K, G multiples of
+ *   16), the tensor cores on the nibbles (slk_awq_mma): 0.52 bytes per weight
+ *   up to 32 rows, once more per 32 rows after that;
+ * - past that (or in fp32), the weight dequantized into awq_w and multiplied
+ *   by cuBLAS: 4.5 bytes per weight, but cuBLAS's rate once the GEMM is
+ *   compute-bound (prefill chunks).
+ * All three build each weight exactly as the CPU's AWQ kernels do (the last
+ * two round it to dt, as their operands are). awq_w grows to the largest
+ * linear during the first forward (the profiling or warm-up run, before any
+ * graph is captured); the workspace of the two nibble kernels is their
+ * fixed bound. */
+#define AWQ_MMA_MAX_T 128
+
 static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                        int64_t T, const char *op) {
     int64_t N = w->rows, K = w->cols, G = w->awq_group;
@@ -335,13 +343,23 @@ static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const voi
         record(c, __LINE__, "%s: AWQ weights give activations in the activation dtype only", op);
         return;
     }
+    const int gemv = T <= SLK_AWQ_MAX_T;
+    const int mma = !gemv && T <= AWQ_MMA_MAX_T && c->dt != DTYPE_F32 && slk_awq_mma_takes(N, K, G);
     int rc;
     const char *what;
-    if (T <= SLK_AWQ_MAX_T) {
-        if (!grow(c, &c->awq_ws, &c->awq_ws_bytes, slk_awq_gemv_workspace_max_bytes(), "AWQ GEMV workspace")) return;
+    if (gemv || mma) {
+        size_t ws_max = slk_awq_gemv_workspace_max_bytes();
+        if (slk_awq_mma_workspace_max_bytes() > ws_max) ws_max = slk_awq_mma_workspace_max_bytes();
+        if (!grow(c, &c->awq_ws, &c->awq_ws_bytes, ws_max, "AWQ workspace")) return;
+    }
+    if (gemv) {
         rc = slk_awq_gemv(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->awq_ws, c->awq_ws_bytes,
                           c->stream);
         what = "slk_awq_gemv";
+    } else if (mma) {
+        rc = slk_awq_mma(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->awq_ws, c->awq_ws_bytes,
+                         c->stream);
+        what = "slk_awq_mma";
     } else {
         if (!grow(c, &c->awq_w, &c->awq_w_bytes, (size_t)(N * K) * dtype_size(c->dt), "AWQ dequantized weights"))
             return;
@@ -356,7 +374,7 @@ static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const voi
         if (sticky) c->fatal = 1;
         return;
     }
-    if (T <= SLK_AWQ_MAX_T) return;
+    if (gemv || mma) return;
     const sl_weight_t plain = {.data = c->awq_w, .dtype = c->dt, .rows = N, .cols = K};
     gemm(c, out, ctype, in, &plain, T, op);
 }
