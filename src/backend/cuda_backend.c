@@ -321,20 +321,23 @@ static void cu_thread_init(void *ctx) {
 static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                  int64_t T, const char *op);
 
-/* An AWQ linear (W4A16, ops.h), by T:
- * - up to SLK_AWQ_MAX_T rows, the GEMV on the nibbles (slk_awq_gemv);
- * - up to AWQ_MMA_MAX_T rows at 16-bit activations (and K, G multiples of
- *   16), the tensor cores on the nibbles (slk_awq_mma): 0.52 bytes per weight
- *   up to 32 rows, once more per 32 rows after that;
- * - past that (or in fp32), the weight dequantized into awq_w and multiplied
- *   by cuBLAS: 4.5 bytes per weight, but cuBLAS's rate once the GEMM is
- *   compute-bound (prefill chunks).
+/* An AWQ linear (W4A16, ops.h), by T, as measured on the H100 (docs/gpu-results.md,
+ * Run 6: one Llama-3-8B layer's seven linears, bf16):
+ * - one row, the GEMV on the nibbles (slk_awq_gemv): 173 us against the
+ *   tensor cores' 180 (and bf16's 205); in fp32 up to SLK_AWQ_MAX_T rows;
+ * - up to AWQ_MMA_MAX_T rows at 16-bit activations (K and G multiples of 16),
+ *   the tensor cores on the nibbles (slk_awq_mma): 180-184 us from 2 to 8
+ *   rows (the GEMV: 273-508), 208 at 16, 374 at 32 (bf16's cuBLAS: 233-237);
+ * - past that, the weight dequantized into awq_w and multiplied by cuBLAS:
+ *   4.5 bytes per weight (about 450 us a layer whatever T, up to cuBLAS's
+ *   compute-bound sizes), against the tensor-core kernel's 557 at 64 rows,
+ *   which reads the nibbles once per 32 rows.
  * All three build each weight exactly as the CPU's AWQ kernels do (the last
  * two round it to dt, as their operands are). awq_w grows to the largest
  * linear during the first forward (the profiling or warm-up run, before any
  * graph is captured); the workspace of the two nibble kernels is their
  * fixed bound. */
-#define AWQ_MMA_MAX_T 128
+#define AWQ_MMA_MAX_T 32
 
 static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                        int64_t T, const char *op) {
@@ -343,8 +346,8 @@ static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const voi
         record(c, __LINE__, "%s: AWQ weights give activations in the activation dtype only", op);
         return;
     }
-    const int gemv = T <= SLK_AWQ_MAX_T;
-    const int mma = !gemv && T <= AWQ_MMA_MAX_T && c->dt != DTYPE_F32 && slk_awq_mma_takes(N, K, G);
+    const int mma = T >= 2 && T <= AWQ_MMA_MAX_T && c->dt != DTYPE_F32 && slk_awq_mma_takes(N, K, G);
+    const int gemv = !mma && T <= SLK_AWQ_MAX_T;
     int rc;
     const char *what;
     if (gemv || mma) {
