@@ -54,4 +54,9 @@ typedef struct {
 int scenario_parse(const char *json, size_t len, const char *name, scenario_t *s, char *err, size_t err_len);
 void scenario_free(scenario_t *s);
 
+/* Whether a and b run the same baseline phase: the same model, baseline setup (server flags,
+ * faults, load, warm-up), golden prompts, watch mode, window, settle time and expected in-flight
+ * requests. Then one baseline measurement serves both (`scenario run` measures it once). */
+bool scenario_same_baseline(const scenario_t *a, const scenario_t *b);
+
 #endif

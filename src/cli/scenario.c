@@ -430,8 +430,10 @@ static pid_t spawn_diagnose(const char *base, const char *window, const char *lo
     return rc ? -1 : pid;
 }
 
+/* One phase of s: `golden_of` names the scenario whose baseline recorded the golden answers
+ * (s's own, or the one whose baseline s shares). */
 static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
-                      const char *baseline_report, phase_t *p) {
+                      const char *baseline_report, const char *golden_of, phase_t *p) {
     memset(p, 0, sizeof *p);
     int port = free_port();
     char base[64], port_s[16], log[512], load_log[512], window[32];
@@ -475,7 +477,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
     }
 
     char golden[512], diag_out[512];
-    snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, s->name);
+    snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, golden_of);
     snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
     if (setup->warmup.n && run_warmup(s, name, base, &setup->warmup, tmp, p->err, sizeof p->err)) {
         stop_process(server, 30);
@@ -613,15 +615,28 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
     return o;
 }
 
-/* Runs s; true when it matched (and its remedy helped, when run). */
-static bool run_one(const scenario_t *s, bool remedy, const char *tmp, cJSON *json_out) {
+/* Runs s; true when it matched (and its remedy helped, when run). Its baseline is `shared`'s
+ * measurement when that is given (another scenario's, named shared_of, with the same baseline
+ * phase: scenario_same_baseline), else measured here; either way it is left in *base for the
+ * scenarios after it (the caller frees base->cause). */
+static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const phase_t *shared, const char *shared_of,
+                    phase_t *base, cJSON *json_out) {
     result_t r = {0};
-    run_phase(s, "baseline", &s->baseline, tmp, NULL, &r.base);
+    if (shared) {
+        char what[160];
+        snprintf(what, sizeof what, "the same as %.64s's: its measurement serves", shared_of);
+        progress(s, "baseline", what);
+        r.base = *shared;
+        r.base.cause = sl_strdup(shared->cause);
+    } else {
+        run_phase(s, "baseline", &s->baseline, tmp, NULL, s->name, &r.base);
+    }
+    const char *golden_of = shared ? shared_of : s->name;
     if (r.base.ok) {
-        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, &r.incident);
+        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, golden_of, &r.incident);
         if (remedy && s->remedy_text) {
             r.ran_remedy = true;
-            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, &r.remedy);
+            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, &r.remedy);
         }
     } else {
         snprintf(r.incident.err, sizeof r.incident.err, "not run: the baseline failed");
@@ -630,7 +645,7 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, cJSON *js
     if (json_out) cJSON_AddItemToArray(json_out, result_json(s, &r));
     else print_result(s, &r);
     bool ok = r.matched && (!r.ran_remedy || r.remedy_helped);
-    free(r.base.cause);
+    *base = r.base;
     free(r.incident.cause);
     free(r.remedy.cause);
     return ok;
@@ -703,8 +718,31 @@ int cli_scenario(int argc, char **argv) {
             curl_global_init(CURL_GLOBAL_DEFAULT);
             signal(SIGPIPE, SIG_IGN);
             fprintf(stderr, "scenario: logs and reports in %s\n", tmp);
+            /* Scenarios with the same baseline phase share its measurement: they run one after
+             * the other, after the first of them, which measures it; results keep file order. */
+            phase_t *bases = sl_calloc((size_t)n_run, sizeof *bases);
+            int *order = sl_calloc((size_t)n_run, sizeof *order), n_order = 0;
+            bool *queued = sl_calloc((size_t)n_run, sizeof *queued);
             for (int i = 0; i < n_run; i++)
-                if (!run_one(&scn[i], remedy, tmp, out)) rc = 1;
+                for (int k = i; k < n_run && !(k == i && queued[i]); k++)
+                    if (!queued[k] && (k == i || scenario_same_baseline(&scn[i], &scn[k])))
+                        queued[k] = true, order[n_order++] = k;
+            SL_ASSERT(n_order == n_run);
+            cJSON **items = sl_calloc((size_t)n_run, sizeof *items);
+            for (int o = 0; o < n_run; o++) {
+                const int i = order[o];
+                int j = -1;
+                for (int q = 0; q < o && j < 0; q++)
+                    if (bases[order[q]].ok && scenario_same_baseline(&scn[order[q]], &scn[i])) j = order[q];
+                cJSON *one = out ? cJSON_CreateArray() : NULL;
+                if (!run_one(&scn[i], remedy, tmp, j >= 0 ? &bases[j] : NULL, j >= 0 ? scn[j].name : NULL,
+                             &bases[i], one))
+                    rc = 1;
+                if (one) items[i] = cJSON_DetachItemFromArray(one, 0), cJSON_Delete(one);
+            }
+            for (int i = 0; out && i < n_run; i++) cJSON_AddItemToArray(out, items[i]);
+            for (int i = 0; i < n_run; i++) free(bases[i].cause);
+            free(bases), free(order), free(queued), free(items);
         }
         if (out) {
             char *text = cJSON_Print(out);

@@ -256,3 +256,20 @@ void scenario_free(scenario_t *s) {
     free(s->where);
     memset(s, 0, sizeof *s);
 }
+
+static bool same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
+static bool same_args(const scn_args_t *a, const scn_args_t *b) {
+    if (a->n != b->n) return false;
+    for (int i = 0; i < a->n; i++)
+        if (strcmp(a->v[i], b->v[i])) return false;
+    return true;
+}
+
+bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
+    const scn_setup_t *x = &a->baseline, *y = &b->baseline;
+    return same_str(a->model, b->model) && same_str(a->golden, b->golden) && a->watch_boot == b->watch_boot &&
+           a->window_s == b->window_s && a->settle_s == b->settle_s && a->expected_inflight == b->expected_inflight &&
+           same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
+           same_args(&x->warmup, &y->warmup);
+}

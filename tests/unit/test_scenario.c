@@ -111,6 +111,42 @@ static void test_refusals_name_the_field(void) {
 }
 
 /* Every file in lab/scenarios parses; together they cover the causes listed here. */
+/* One baseline serves the scenarios that would run it alike, and only those. */
+static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
+    scenario_t a, b;
+    char err[256], doc[4096];
+    CHECK_EQ_INT(scenario_parse(MINIMAL, strlen(MINIMAL), "a", &a, err, sizeof err), 0);
+    /* another incident and remedy: the same baseline */
+    const char *other = "{\"title\": \"u\", \"seed\": \"003\", \"section\": \"z\", \"quote\": \"w\","
+                        " \"model\": \"models/tiny\", \"baseline\": {\"server\": [\"--max-num-seqs\", \"8\"],"
+                        " \"load\": [\"--max-concurrency\", \"8\"]}, \"incident\": {\"faults\": [\"step_delay:ms=9\"]},"
+                        " \"remedy\": {\"text\": \"restore the clocks\"}, \"expect\": \"decode_bound\", \"symptom\": {\"measure\": \"itl_p50\", \"direction\": \"up\","
+                        " \"where\": \"ITL\"}, \"window_s\": 4}";
+    CHECK_EQ_INT(scenario_parse(other, strlen(other), "b", &b, err, sizeof err), 0);
+    CHECK(scenario_same_baseline(&a, &b) && scenario_same_baseline(&b, &a));
+    scenario_free(&b);
+    /* each field of the baseline phase makes it another one */
+    const char *edits[][2] = {
+        {"\"model\": \"models/tiny\"", "\"model\": \"models/small\""},
+        {"[\"--max-num-seqs\", \"8\"], \"load\"", "[\"--max-num-seqs\", \"9\"], \"load\""},
+        {"\"load\": [\"--max-concurrency\", \"8\"]}", "\"load\": [\"--max-concurrency\", \"8\", \"--seed\", \"1\"]}"},
+        {"\"window_s\": 4", "\"window_s\": 5"},
+        {"\"window_s\": 4", "\"window_s\": 4, \"settle_s\": 1"},
+        {"\"window_s\": 4", "\"window_s\": 4, \"expected_inflight\": 3"},
+        {"\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\""},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        const char *at = strstr(MINIMAL, edits[i][0]);
+        SL_ASSERT(at);
+        snprintf(doc, sizeof doc, "%.*s%s%s", (int)(at - MINIMAL), MINIMAL, edits[i][1], at + strlen(edits[i][0]));
+        CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "b", &b, err, sizeof err), 0);
+        if (scenario_same_baseline(&a, &b)) fprintf(stderr, "  edit %zu: still the same baseline\n", i);
+        CHECK(!scenario_same_baseline(&a, &b));
+        scenario_free(&b);
+    }
+    scenario_free(&a);
+}
+
 static void test_committed_scenarios_parse(void) {
     DIR *d = opendir("lab/scenarios");
     CHECK(d != NULL);
@@ -151,5 +187,6 @@ int main(void) {
     RUN(test_refusals_name_the_field);
     RUN(test_golden_watch_and_warmup);
     RUN(test_committed_scenarios_parse);
+    RUN(test_same_baseline_is_every_field_of_the_baseline_phase);
     return test_summary();
 }
