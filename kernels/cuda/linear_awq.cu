@@ -1,7 +1,9 @@
 /* linear_awq.cu - AutoAWQ's 4-bit GEMM format (W4A16) on CUDA:
- * out(T, N) = in(T, K) . W(N, K)^T with the weights read as packed nibbles
- * (slk_awq_gemv, decode-sized T), and the weights dequantized to dt for the
- * cuBLAS path of larger T (slk_awq_dequantize).
+ * out(T, N) = in(T, K) . W(N, K)^T with the weights read as packed nibbles,
+ * by the CUDA cores (slk_awq_gemv, decode-sized T) or the tensor cores
+ * (slk_awq_mma, 16-bit activations, below), and the weights dequantized to dt
+ * for the cuBLAS path of larger T (slk_awq_dequantize). The backend picks by
+ * T (cuda_backend.c, awq_linear).
  *
  * The format (as kernels/cpu/linear_awq.c), per Linear of shape (N, K) and
  * group size G (G | K, N % 8 == 0): qweight int32 (K, N/8), qzeros int32
@@ -205,6 +207,15 @@ __global__ void awq_reduce_kernel(O *__restrict__ out, const float *__restrict__
     out[i] = slk::from_f32<O>(sum);
 }
 
+/* After a kernel that split K over ksplit blocks (its partials in ws): out = their sums. Returns
+ * the launches' error. */
+template <typename O> int reduce_splits(void *out, const void *ws, int64_t TN, int ksplit, cudaStream_t st) {
+    if (ksplit > 1)
+        awq_reduce_kernel<O><<<(unsigned)slk_cdiv64(TN, 256), 256, 0, st>>>(
+            static_cast<O *>(out), static_cast<const float *>(ws), TN, ksplit);
+    return slk::launch_result();
+}
+
 /* w(N, K) in T: lanes take consecutive k (coalesced stores of each column's
  * row), warps consecutive int32 columns. */
 template <typename T>
@@ -404,13 +415,7 @@ int launch_mma(const slk_awq_mma_plan_t &p, void *out, void *ws, const void *in,
     awq_mma_kernel<T, NT, U><<<grid, SLK_AWQ_THREADS, 0, st>>>(
         static_cast<T *>(out), static_cast<float *>(ws), static_cast<const T *>(in), qweight, qzeros,
         static_cast<const __half *>(scales), (int)T_, N, K, G, p.chunk);
-    if (p.ksplit > 1) {
-        const int64_t TN = T_ * N;
-        awq_reduce_kernel<T><<<(unsigned)slk_cdiv64(TN, 256), 256, 0, st>>>(static_cast<T *>(out),
-                                                                          static_cast<const float *>(ws), TN,
-                                                                          p.ksplit);
-    }
-    return slk::launch_result();
+    return reduce_splits<T>(out, ws, T_ * N, p.ksplit, st);
 }
 
 template <typename T, int NT>
@@ -443,13 +448,7 @@ int launch_gemv(const slk_awq_plan_t &p, void *out, void *ws, const void *in, co
     awq_gemv_kernel<T, O, NT><<<grid, SLK_AWQ_THREADS, 0, st>>>(
         static_cast<O *>(out), static_cast<float *>(ws), static_cast<const T *>(in), qweight, qzeros,
         static_cast<const __half *>(scales), (int)T_, N, K, G, p.chunk);
-    if (p.ksplit > 1) {
-        const int64_t TN = T_ * N;
-        awq_reduce_kernel<O><<<(unsigned)slk_cdiv64(TN, 256), 256, 0, st>>>(static_cast<O *>(out),
-                                                                          static_cast<const float *>(ws), TN,
-                                                                          p.ksplit);
-    }
-    return slk::launch_result();
+    return reduce_splits<O>(out, ws, T_ * N, p.ksplit, st);
 }
 
 template <typename T, typename O>
