@@ -59,4 +59,17 @@ void scenario_free(scenario_t *s);
  * requests. Then one baseline measurement serves both (`scenario run` measures it once). */
 bool scenario_same_baseline(const scenario_t *a, const scenario_t *b);
 
+/* Alert rules for a run of seconds (`scenario run --prometheus`): the rule file's text with every
+ * range [5m] and subquery [5m:] made [window] and [window:], and every `for: D` made `for: hold`
+ * (the rules' logic unchanged: shares over the window, as tests/e2e/test_alerts.py loads them).
+ * NULL (with err) when the text has another range, which would need its own shortening. */
+char *scenario_shorten_rules(const char *text, const char *window, const char *hold, char *err, size_t err_len);
+
+/* The alerts of a rule file with the `cause` label each carries (the id `servelab diagnose`
+ * gives that finding): up to `cap` pairs, in file order; the count. */
+typedef struct {
+    char name[64], cause[64];
+} scn_alert_t;
+int scenario_alert_causes(const char *text, scn_alert_t *out, int cap);
+
 #endif

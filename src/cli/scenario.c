@@ -2,7 +2,7 @@
  *
  *   servelab scenario list [--dir DIR]
  *   servelab scenario show NAME [--dir DIR]
- *   servelab scenario run (NAME... | --all) [--remedy] [--json] [--dir DIR]
+ *   servelab scenario run (NAME... | --all) [--remedy] [--prometheus] [--json] [--dir DIR]
  *
  * A run of one scenario (src/lab/scenario.c has the file format) is up to three phases: the
  * healthy baseline, the incident, and with --remedy the remedy. Each phase starts this binary's
@@ -21,8 +21,18 @@
  * fixed timing, so a slower machine does not flip them. Processes, not threads: each phase is
  * exactly what a user would run by hand (docs/lab.md shows the commands).
  *
- * Exit status: 0 when every scenario matched (and every remedy helped, with --remedy), 1 when
- * one did not or a phase failed, 2 on bad usage or a bad scenario file.
+ * With --prometheus each phase is also watched by a real Prometheus (the `prometheus` binary on
+ * PATH), scraping the phase's server every second and evaluating tools/prometheus/alerts.yml
+ * with its windows made seconds long (scenario_shorten_rules: [5m] -> [10s], for -> 3s, as
+ * tests/e2e/test_alerts.py loads them); the phase then holds its load PROM_HOLD_S after the
+ * faults are set, and the alerts that reached "firing" are recorded. The alerts agree when the
+ * baseline fired none, the incident fired the rule whose cause label is the expected cause (when
+ * a rule has it), every alert the incident fired names a cause the diagnoser also found, and the
+ * remedy did not fire the expected cause's rule.
+ *
+ * Exit status: 0 when every scenario matched (and every remedy helped, with --remedy; and the
+ * alerts agreed, with --prometheus), 1 when one did not or a phase failed, 2 on bad usage or a
+ * bad scenario file.
  */
 #define _GNU_SOURCE
 #include <curl/curl.h>
@@ -55,7 +65,8 @@ extern char **environ;
 
 static const char *scn_usage = "usage: servelab scenario list [--dir DIR]\n"
                                "       servelab scenario show NAME [--dir DIR]\n"
-                               "       servelab scenario run (NAME ... | --all) [--remedy] [--json] [--dir DIR]\n";
+                               "       servelab scenario run (NAME ... | --all) [--remedy] [--prometheus] [--json] "
+                               "[--dir DIR]\n";
 
 #define SCN_DEFAULT_DIR "lab/scenarios"
 
@@ -306,6 +317,9 @@ typedef struct {
     char ranked[512];     /* every cause that fired, most specific first */
     diag_measures_t m;
     char report_path[512];
+    bool prom;            /* a Prometheus watched it (--prometheus) */
+    char alerts[512];     /* the alerts that reached "firing", comma-separated, first first */
+    char alert_causes[512]; /* their cause labels, the same way */
 } phase_t;
 
 static void progress(const scenario_t *s, const char *phase, const char *what) {
@@ -404,6 +418,116 @@ static int run_warmup(const scenario_t *s, const char *name, const char *base, c
     return rc;
 }
 
+/* ---- --prometheus ----------------------------------------------------------------- */
+
+#define SCN_ALERT_RULES "tools/prometheus/alerts.yml"
+#define PROM_WINDOW "10s"
+#define PROM_FOR "3s"
+#define PROM_HOLD_S 15.0 /* load held after the faults are set: a [10s] share, then for: 3s */
+
+typedef struct {
+    char exe[4096];        /* the prometheus binary */
+    char *rules;           /* SCN_ALERT_RULES, shortened */
+    scn_alert_t alerts[32]; /* its alerts and their causes */
+    int n_alerts;
+} prom_cfg_t;
+
+typedef struct {
+    pid_t pid;
+    char base[64];
+} prom_t;
+
+/* name, found in $PATH, into out; 0, or -1. */
+static int find_in_path(const char *name, char *out, size_t cap) {
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(out, cap, "%.*s/%s", (int)n, p, name);
+        if (n && access(out, X_OK) == 0) return 0;
+        p += n + (p[n] == ':');
+    }
+    return -1;
+}
+
+/* Whether the comma-separated list has word. */
+static bool list_has(const char *list, const char *word) {
+    const size_t n = strlen(word);
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        const size_t m = strcspn(p, ", ");
+        if (m == n && !strncmp(p, word, n)) return true;
+        p += m;
+    }
+    return false;
+}
+
+static void list_add(char *list, size_t cap, const char *word) {
+    const size_t at = strlen(list);
+    snprintf(list + at, cap - at, "%s%s", at ? ", " : "", word);
+}
+
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    int rc = f && fputs(text, f) >= 0 ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    return rc;
+}
+
+/* Starts a Prometheus scraping 127.0.0.1:target_port every second with the shortened rules, in
+ * its own directory under tmp; 0 once it is ready, or -1 with err. */
+static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *phase, const char *tmp,
+                      int target_port, prom_t *pr, char *err, size_t cap) {
+    char dir[512], path[640], cfg_arg[700], data_arg[700], listen_arg[64], log[640];
+    snprintf(dir, sizeof dir, "%s/%.64s-%s-prometheus", tmp, s->name, phase);
+    snprintf(path, sizeof path, "%s/prometheus.yml", dir);
+    char conf[512];
+    snprintf(conf, sizeof conf,
+             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - alerts.yml\n"
+             "scrape_configs:\n  - job_name: servelab\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
+             target_port);
+    char rules_path[640];
+    snprintf(rules_path, sizeof rules_path, "%s/alerts.yml", dir);
+    if ((mkdir(dir, 0755) && errno != EEXIST) || write_text(path, conf) || write_text(rules_path, cfg->rules)) {
+        snprintf(err, cap, "cannot write the Prometheus configuration in %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    const int port = free_port();
+    snprintf(cfg_arg, sizeof cfg_arg, "--config.file=%s", path);
+    snprintf(data_arg, sizeof data_arg, "--storage.tsdb.path=%s/data", dir);
+    snprintf(listen_arg, sizeof listen_arg, "--web.listen-address=127.0.0.1:%d", port);
+    snprintf(log, sizeof log, "%s/prometheus.log", dir);
+    char *argv[] = {(char *)cfg->exe, cfg_arg, data_arg, listen_arg, "--log.level=warn", NULL};
+    pr->pid = port > 0 ? spawn(argv, log) : -1;
+    snprintf(pr->base, sizeof pr->base, "http://127.0.0.1:%d", port);
+    for (double end = sl_now_s() + 30; pr->pid > 0 && sl_now_s() < end && waitpid(pr->pid, NULL, WNOHANG) == 0;
+         usleep(100000))
+        if (http(pr->base, "/-/ready", NULL, NULL, NULL) == 200) return 0;
+    snprintf(err, cap, "Prometheus did not become ready (its log: %s)", log);
+    stop_process(pr->pid, 5);
+    pr->pid = -1;
+    return -1;
+}
+
+/* Adds the alerts firing now (and their causes) to the phase's lists. */
+static void prom_poll(const prom_t *pr, phase_t *p) {
+    char *body = NULL;
+    cJSON *r = http(pr->base, "/api/v1/alerts", NULL, NULL, &body) == 200 && body ? cJSON_Parse(body) : NULL;
+    free(body);
+    const cJSON *alerts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "data"), "alerts"), *a;
+    cJSON_ArrayForEach(a, alerts) {
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(a, "state"),
+                    *labels = cJSON_GetObjectItemCaseSensitive(a, "labels"),
+                    *name = cJSON_GetObjectItemCaseSensitive(labels, "alertname"),
+                    *cause = cJSON_GetObjectItemCaseSensitive(labels, "cause");
+        if (!cJSON_IsString(state) || strcmp(state->valuestring, "firing") || !cJSON_IsString(name) ||
+            list_has(p->alerts, name->valuestring))
+            continue;
+        list_add(p->alerts, sizeof p->alerts, name->valuestring);
+        list_add(p->alert_causes, sizeof p->alert_causes, cJSON_IsString(cause) ? cause->valuestring : "-");
+    }
+    cJSON_Delete(r);
+}
+
 /* Starts `servelab diagnose --json` over window against base (its report into report_path,
  * its stderr into err_path); the pid, or -1. */
 static pid_t spawn_diagnose(const char *base, const char *window, const char *log, const char *baseline_report,
@@ -433,7 +557,7 @@ static pid_t spawn_diagnose(const char *base, const char *window, const char *lo
 /* One phase of s: `golden_of` names the scenario whose baseline recorded the golden answers
  * (s's own, or the one whose baseline s shares). */
 static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
-                      const char *baseline_report, const char *golden_of, phase_t *p) {
+                      const char *baseline_report, const char *golden_of, const prom_cfg_t *prom, phase_t *p) {
     memset(p, 0, sizeof *p);
     int port = free_port();
     char base[64], port_s[16], log[512], load_log[512], window[32];
@@ -476,11 +600,21 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         return;
     }
 
+    prom_t pr = {.pid = -1};
+    if (prom) {
+        progress(s, name, "starting Prometheus (the alert rules, windows of seconds)");
+        if (prom_start(prom, s, name, tmp, port, &pr, p->err, sizeof p->err)) {
+            stop_process(server, 30);
+            return;
+        }
+        p->prom = true;
+    }
     char golden[512], diag_out[512];
     snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, golden_of);
     snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
     if (setup->warmup.n && run_warmup(s, name, base, &setup->warmup, tmp, p->err, sizeof p->err)) {
         stop_process(server, 30);
+        stop_process(pr.pid, 10);
         return;
     }
 
@@ -501,6 +635,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         usleep(500000);
     }
     pthread_create(&load.thread, NULL, load_main, &load);
+    double hold_end = sl_now_s() + PROM_HOLD_S;
     if (!s->watch_boot) {
         progress(s, name, "load started (bench serve); waiting for tokens");
         if (wait_for_tokens(base, load_log, p->err, sizeof p->err) ||
@@ -508,21 +643,35 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
             (s->golden && !baseline_report && record_golden(s, name, base, golden, tmp, p->err, sizeof p->err))) {
             load_stop(&load);
             stop_process(server, 30);
+            stop_process(pr.pid, 10);
             return;
         }
+        hold_end = sl_now_s() + PROM_HOLD_S;
         char what[160];
-        snprintf(what, sizeof what, "%sdiagnose watches %gs after %gs", setup->faults.n ? "faults set; " : "",
-                 s->window_s, s->settle_s);
+        snprintf(what, sizeof what, "%sdiagnose watches %gs after %gs%s", setup->faults.n ? "faults set; " : "",
+                 s->window_s, s->settle_s, prom ? "; Prometheus until the load has run 15 s" : "");
         progress(s, name, what);
         struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}
         diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL,
                               s->expected_inflight, p->report_path, diag_out);
     }
+    /* diagnose's window; with Prometheus, the alerts polled meanwhile and until hold_end */
     int status = 0;
-    bool ran = diag > 0 && waitpid(diag, &status, 0) == diag;
+    bool ran = false;
+    while (diag > 0) {
+        if (!ran) {
+            const pid_t w = waitpid(diag, &status, prom ? WNOHANG : 0);
+            if (w < 0) break;
+            ran = w == diag;
+        }
+        if (prom) prom_poll(&pr, p);
+        if (ran && (!prom || sl_now_s() >= hold_end)) break;
+        if (prom) usleep(500000);
+    }
     load_stop(&load);
     stop_process(server, 30);
+    stop_process(pr.pid, 10);
     int code = ran && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code != 0 && code != 3) {
         snprintf(p->err, sizeof p->err, "servelab diagnose failed (exit %d; %s)", code, diag_out);
@@ -538,6 +687,9 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
 typedef struct {
     phase_t base, incident, remedy;
     bool ran_remedy, matched, moved, remedy_helped;
+    bool watched;           /* --prometheus */
+    const char *alert_rule; /* the rule whose cause is the expected one (NULL: none has it) */
+    bool alerts_ok;         /* the alerts agreed (the header says how) */
 } result_t;
 
 static double measure(const phase_t *p, const scenario_t *s) {
@@ -554,6 +706,36 @@ static void judge(const scenario_t *s, result_t *r) {
     r->remedy_helped = r->remedy.ok && strcmp(r->remedy.cause, s->expect) && back;
 }
 
+/* The alerts agree with the scenario: the incident fired the expected cause's rule (when one has
+ * it) and the baseline did not, every alert the incident fired that the baseline had not names a
+ * cause the diagnoser found too, and the remedy did not fire the expected cause's rule. What the
+ * baseline fires is the lab load's own (bench serve's requests end on max_tokens, which
+ * VLLMRunawayGeneration reads as runaway generation), judged against the baseline like every
+ * other verdict. */
+static void judge_alerts(const scenario_t *s, const prom_cfg_t *prom, result_t *r) {
+    r->watched = true;
+    for (int i = 0; i < prom->n_alerts && !r->alert_rule; i++)
+        if (!strcmp(prom->alerts[i].cause, s->expect)) r->alert_rule = prom->alerts[i].name;
+    const phase_t *inc = &r->incident;
+    bool agree = inc->ok && r->base.ok;
+    const char *a = inc->alerts, *c = inc->alert_causes;
+    while (*a && *c) { /* the two lists walk together */
+        while (*a == ',' || *a == ' ') a++;
+        while (*c == ',' || *c == ' ') c++;
+        const size_t na = strcspn(a, ", "), nc = strcspn(c, ", ");
+        char name[64], cause[64];
+        snprintf(name, sizeof name, "%.*s", (int)na, a);
+        snprintf(cause, sizeof cause, "%.*s", (int)nc, c);
+        if (na && !list_has(r->base.alerts, name) && !list_has(inc->ranked, cause) &&
+            strcmp(inc->cause ? inc->cause : "", cause))
+            agree = false;
+        a += na, c += nc;
+    }
+    const bool fired = !r->alert_rule || (list_has(inc->alerts, r->alert_rule) && !list_has(r->base.alerts, r->alert_rule));
+    const bool gone = !r->ran_remedy || (r->remedy.ok && (!r->alert_rule || !list_has(r->remedy.alerts, r->alert_rule)));
+    r->alerts_ok = agree && fired && gone;
+}
+
 static void print_phase(const scenario_t *s, const char *what, const phase_t *p) {
     if (!p->ok) {
         printf("  %-9s FAILED: %s\n", what, p->err);
@@ -562,6 +744,7 @@ static void print_phase(const scenario_t *s, const char *what, const phase_t *p)
     printf("  %-9s %-20s", what, p->cause);
     if (s->measure) printf(" %s %.4g", s->measure, measure(p, s));
     if (p->ranked[0] && strcmp(p->ranked, p->cause)) printf("  (fired: %s)", p->ranked);
+    if (p->prom) printf("  alerts: %s", p->alerts[0] ? p->alerts : "none");
     printf("\n");
 }
 
@@ -578,6 +761,14 @@ static void print_result(const scenario_t *s, const result_t *r) {
     if (s->remedy_text) printf("  remedy:   %s", s->remedy_text);
     if (r->ran_remedy) printf(": %s", r->remedy_helped ? "helped" : "DID NOT HELP");
     if (s->remedy_text) printf("\n");
+    if (r->watched) {
+        printf("  alerts:   ");
+        if (r->alert_rule) printf("%s (the rule for %s) new in the incident, ", r->alert_rule, s->expect);
+        else printf("no rule for %s; ", s->expect);
+        printf("the incident's other new alerts what the diagnoser found%s: %s\n",
+               r->alert_rule && r->ran_remedy ? ", the rule quiet in the remedy" : "",
+               r->alerts_ok ? "AGREE" : "DISAGREE");
+    }
     fflush(stdout);
 }
 
@@ -593,6 +784,17 @@ static cJSON *phase_json(const scenario_t *s, const phase_t *p) {
     double v = measure(p, s);
     if (s->measure) cJSON_AddItemToObject(o, s->measure, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
     cJSON_AddStringToObject(o, "report", p->report_path);
+    if (p->prom) {
+        cJSON *alerts = cJSON_AddArrayToObject(o, "alerts");
+        for (const char *a = p->alerts; *a;) {
+            while (*a == ',' || *a == ' ') a++;
+            const size_t n = strcspn(a, ", ");
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)n, a);
+            if (n) cJSON_AddItemToArray(alerts, cJSON_CreateString(name));
+            a += n;
+        }
+    }
     return o;
 }
 
@@ -612,6 +814,10 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
         cJSON_AddItemToObject(o, "remedy", phase_json(s, &r->remedy));
         cJSON_AddBoolToObject(o, "remedy_helped", r->remedy_helped);
     }
+    if (r->watched) {
+        cJSON_AddItemToObject(o, "alert_rule", r->alert_rule ? cJSON_CreateString(r->alert_rule) : cJSON_CreateNull());
+        cJSON_AddBoolToObject(o, "alerts_agree", r->alerts_ok);
+    }
     return o;
 }
 
@@ -619,8 +825,8 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
  * measurement when that is given (another scenario's, named shared_of, with the same baseline
  * phase: scenario_same_baseline), else measured here; either way it is left in *base for the
  * scenarios after it (the caller frees base->cause). */
-static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const phase_t *shared, const char *shared_of,
-                    phase_t *base, cJSON *json_out) {
+static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const prom_cfg_t *prom, const phase_t *shared,
+                    const char *shared_of, phase_t *base, cJSON *json_out) {
     result_t r = {0};
     if (shared) {
         char what[160];
@@ -629,22 +835,23 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pha
         r.base = *shared;
         r.base.cause = sl_strdup(shared->cause);
     } else {
-        run_phase(s, "baseline", &s->baseline, tmp, NULL, s->name, &r.base);
+        run_phase(s, "baseline", &s->baseline, tmp, NULL, s->name, prom, &r.base);
     }
     const char *golden_of = shared ? shared_of : s->name;
     if (r.base.ok) {
-        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, golden_of, &r.incident);
+        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, golden_of, prom, &r.incident);
         if (remedy && s->remedy_text) {
             r.ran_remedy = true;
-            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, &r.remedy);
+            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, prom, &r.remedy);
         }
     } else {
         snprintf(r.incident.err, sizeof r.incident.err, "not run: the baseline failed");
     }
     judge(s, &r);
+    if (prom) judge_alerts(s, prom, &r);
     if (json_out) cJSON_AddItemToArray(json_out, result_json(s, &r));
     else print_result(s, &r);
-    bool ok = r.matched && (!r.ran_remedy || r.remedy_helped);
+    bool ok = r.matched && (!r.ran_remedy || r.remedy_helped) && (!prom || r.alerts_ok);
     *base = r.base;
     free(r.incident.cause);
     free(r.remedy.cause);
@@ -655,7 +862,7 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pha
 
 int cli_scenario(int argc, char **argv) {
     const char *dir = SCN_DEFAULT_DIR, *verb = NULL;
-    bool all = false, remedy = false, json = false;
+    bool all = false, remedy = false, json = false, watch = false;
     char **names = sl_calloc((size_t)argc + 1, sizeof *names);
     int n_names = 0;
     for (int i = 1; i < argc; i++) {
@@ -664,7 +871,8 @@ int cli_scenario(int argc, char **argv) {
             printf("%s\nThe lab's incidents, one per lab/scenarios/NAME.json: a healthy baseline, the incident\n"
                    "and its remedy, each a servelab serve under bench serve load, judged by servelab diagnose\n"
                    "(docs/lab.md, \"Scenarios\").\n\n  --all      every scenario\n  --remedy   also run the "
-                   "remedy and compare\n  --json     one JSON array of results\n  --dir DIR  the scenario "
+                   "remedy and compare\n  --prometheus  also watch each phase with a real Prometheus and the alert rules "
+                   "(windows of seconds)\n  --json     one JSON array of results\n  --dir DIR  the scenario "
                    "files (%s)\n", scn_usage, SCN_DEFAULT_DIR);
             free(names);
             return 0;
@@ -672,6 +880,7 @@ int cli_scenario(int argc, char **argv) {
         if (!strcmp(a, "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(a, "--all")) all = true;
         else if (!strcmp(a, "--remedy")) remedy = true;
+        else if (!strcmp(a, "--prometheus")) watch = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (a[0] == '-') cli_usage_error(scn_usage, "unrecognized arguments: %s", a);
         else if (!verb) verb = a;
@@ -713,6 +922,24 @@ int cli_scenario(int argc, char **argv) {
             fprintf(stderr, "servelab: error: cannot make a temporary directory: %s\n", strerror(errno));
             rc = 1;
         }
+        prom_cfg_t prom = {0};
+        if (!rc && watch) {
+            size_t len;
+            sl_err_t rerr;
+            char *text = sl_read_file(SCN_ALERT_RULES, 1 << 20, &len, &rerr), perr[256] = "";
+            if (find_in_path("prometheus", prom.exe, sizeof prom.exe)) {
+                fprintf(stderr, "servelab: error: argument --prometheus: no prometheus binary on PATH (Debian: "
+                                "apt-get install prometheus)\n");
+                rc = 2;
+            } else if (!text || !(prom.rules = scenario_shorten_rules(text, PROM_WINDOW, PROM_FOR, perr, sizeof perr))) {
+                fprintf(stderr, "servelab: error: argument --prometheus: %s: %s\n", SCN_ALERT_RULES,
+                        text ? perr : "cannot read it (run from the repository's root)");
+                rc = 2;
+            } else {
+                prom.n_alerts = scenario_alert_causes(text, prom.alerts, 32);
+            }
+            free(text);
+        }
         cJSON *out = json ? cJSON_CreateArray() : NULL;
         if (!rc) {
             curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -735,8 +962,8 @@ int cli_scenario(int argc, char **argv) {
                 for (int q = 0; q < o && j < 0; q++)
                     if (bases[order[q]].ok && scenario_same_baseline(&scn[order[q]], &scn[i])) j = order[q];
                 cJSON *one = out ? cJSON_CreateArray() : NULL;
-                if (!run_one(&scn[i], remedy, tmp, j >= 0 ? &bases[j] : NULL, j >= 0 ? scn[j].name : NULL,
-                             &bases[i], one))
+                if (!run_one(&scn[i], remedy, tmp, watch ? &prom : NULL, j >= 0 ? &bases[j] : NULL,
+                             j >= 0 ? scn[j].name : NULL, &bases[i], one))
                     rc = 1;
                 if (one) items[i] = cJSON_DetachItemFromArray(one, 0), cJSON_Delete(one);
             }
@@ -744,6 +971,7 @@ int cli_scenario(int argc, char **argv) {
             for (int i = 0; i < n_run; i++) free(bases[i].cause);
             free(bases), free(order), free(queued), free(items);
         }
+        free(prom.rules);
         if (out) {
             char *text = cJSON_Print(out);
             printf("%s\n", text);

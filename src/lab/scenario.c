@@ -273,3 +273,72 @@ bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
            same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
            same_args(&x->warmup, &y->warmup);
 }
+
+/* ---- alert rules for a short run ---------------------------------------------------- */
+
+/* Appends n bytes of p to the growing string *out (len, cap). */
+static void put(char **out, size_t *len, size_t *cap, const char *p, size_t n) {
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *out = sl_realloc(*out, *cap);
+    }
+    memcpy(*out + *len, p, n);
+    *len += n;
+    (*out)[*len] = 0;
+}
+
+/* The length of a duration at p ("5m", "10s", "1h"): digits then one of s, m, h; 0 if none. */
+static size_t duration_len(const char *p) {
+    size_t n = 0;
+    while (p[n] >= '0' && p[n] <= '9') n++;
+    return n && (p[n] == 's' || p[n] == 'm' || p[n] == 'h') ? n + 1 : 0;
+}
+
+char *scenario_shorten_rules(const char *text, const char *window, const char *hold, char *err, size_t err_len) {
+    size_t len = 0, cap = strlen(text) + 64;
+    char *out = sl_malloc(cap);
+    out[0] = 0;
+    for (const char *p = text; *p;) {
+        size_t d;
+        if (*p == '[' && (d = duration_len(p + 1)) && (p[1 + d] == ']' || (p[1 + d] == ':' && p[2 + d] == ']'))) {
+            if (d != 2 || strncmp(p + 1, "5m", 2)) {
+                snprintf(err, err_len, "the rules have the range [%.*s]: only [5m] and [5m:] are shortened",
+                         (int)d, p + 1);
+                free(out);
+                return NULL;
+            }
+            put(&out, &len, &cap, "[", 1);
+            put(&out, &len, &cap, window, strlen(window));
+            p += 1 + d;
+        } else if (!strncmp(p, "for: ", 5) && (d = duration_len(p + 5))) {
+            put(&out, &len, &cap, "for: ", 5);
+            put(&out, &len, &cap, hold, strlen(hold));
+            p += 5 + d;
+        } else {
+            put(&out, &len, &cap, p, 1);
+            p++;
+        }
+    }
+    return out;
+}
+
+/* The word after `key` (up to a space, quote or line end) into buf. */
+static void word_after(const char *p, char *buf, size_t cap) {
+    size_t n = 0;
+    while (*p == ' ' || *p == '"' || *p == '\'') p++;
+    while (p[n] && !strchr(" \"'\r\n#", p[n]) && n + 1 < cap) n++;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+}
+
+int scenario_alert_causes(const char *text, scn_alert_t *out, int cap) {
+    int n = 0;
+    for (const char *p = strstr(text, "- alert:"); p && n < cap; p = strstr(p + 1, "- alert:")) {
+        const char *next = strstr(p + 1, "- alert:"), *c = strstr(p, "cause:");
+        word_after(p + strlen("- alert:"), out[n].name, sizeof out[n].name);
+        out[n].cause[0] = 0;
+        if (c && (!next || c < next)) word_after(c + strlen("cause:"), out[n].cause, sizeof out[n].cause);
+        n++;
+    }
+    return n;
+}

@@ -147,6 +147,48 @@ static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
     scenario_free(&a);
 }
 
+static int count(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* --prometheus loads the committed alert rules with windows of seconds: only ranges and `for:` change. */
+static void test_alert_rules_shortened_for_a_short_run(void) {
+    char err[256] = "";
+    char *s = scenario_shorten_rules("expr: rate(x[5m]) > 0 and avg_over_time((y > bool 0)[5m:]) > 0.5 offset 1h\n"
+                                     "for: 10m\n  description: for: the rest, [0-9] and [a]\n",
+                                     "10s", "3s", err, sizeof err);
+    CHECK(s && !strcmp(s, "expr: rate(x[10s]) > 0 and avg_over_time((y > bool 0)[10s:]) > 0.5 offset 1h\n"
+                          "for: 3s\n  description: for: the rest, [0-9] and [a]\n"));
+    free(s);
+    CHECK(scenario_shorten_rules("rate(x[1h])", "10s", "3s", err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "[1h]");
+
+    size_t len;
+    sl_err_t rerr;
+    char *rules = sl_read_file("tools/prometheus/alerts.yml", 1 << 20, &len, &rerr);
+    CHECK(rules != NULL);
+    if (!rules) return;
+    char *short_rules = scenario_shorten_rules(rules, "10s", "3s", err, sizeof err);
+    CHECK(short_rules != NULL);
+    if (short_rules) {
+        CHECK(count(short_rules, "[5m") == 0 && count(short_rules, "[10s]") == count(rules, "[5m]") &&
+              count(short_rules, "[10s:]") == count(rules, "[5m:]"));
+        CHECK(count(short_rules, "for: 3s") == count(rules, "for: ") && count(rules, "for: ") > 0);
+    }
+    /* every alert names the cause servelab diagnose gives */
+    scn_alert_t alerts[32];
+    int n = scenario_alert_causes(rules, alerts, 32);
+    CHECK_EQ_INT(n, count(rules, "- alert:"));
+    for (int i = 0; i < n; i++) {
+        CHECK(alerts[i].name[0] && diag_is_cause(alerts[i].cause));
+        if (!diag_is_cause(alerts[i].cause)) fprintf(stderr, "  %s: cause '%s'\n", alerts[i].name, alerts[i].cause);
+    }
+    CHECK(n > 0 && !strcmp(alerts[0].name, "VLLMQueueing") && !strcmp(alerts[0].cause, "queueing"));
+    free(rules), free(short_rules);
+}
+
 static void test_committed_scenarios_parse(void) {
     DIR *d = opendir("lab/scenarios");
     CHECK(d != NULL);
@@ -188,5 +230,6 @@ int main(void) {
     RUN(test_golden_watch_and_warmup);
     RUN(test_committed_scenarios_parse);
     RUN(test_same_baseline_is_every_field_of_the_baseline_phase);
+    RUN(test_alert_rules_shortened_for_a_short_run);
     return test_summary();
 }
