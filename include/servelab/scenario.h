@@ -65,11 +65,4 @@ bool scenario_same_baseline(const scenario_t *a, const scenario_t *b);
  * NULL (with err) when the text has another range, which would need its own shortening. */
 char *scenario_shorten_rules(const char *text, const char *window, const char *hold, char *err, size_t err_len);
 
-/* The alerts of a rule file with the `cause` label each carries (the id `servelab diagnose`
- * gives that finding): up to `cap` pairs, in file order; the count. */
-typedef struct {
-    char name[64], cause[64];
-} scn_alert_t;
-int scenario_alert_causes(const char *text, scn_alert_t *out, int cap);
-
 #endif

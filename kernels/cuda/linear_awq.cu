@@ -425,6 +425,7 @@ int dispatch_batch(const slk_awq_mma_plan_t &p, void *out, void *ws, const void 
     switch (p.batch) {
     case 1: return launch_mma<T, NT, 1>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
     case 2: return launch_mma<T, NT, 2>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
+    /* batch 4: never with 4 tiles (slk_plan_awq_mma caps it at 2 there), so no <T, 4, 4> instance */
     default: return launch_mma<T, NT, (NT == 4 ? 2 : 4)>(p, out, ws, in, qweight, qzeros, scales, T_, N, K, G, st);
     }
 }

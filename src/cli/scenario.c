@@ -320,6 +320,7 @@ typedef struct {
     bool prom;            /* a Prometheus watched it (--prometheus) */
     char alerts[512];     /* the alerts that reached "firing", comma-separated, first first */
     char alert_causes[512]; /* their cause labels, the same way */
+    char expect_rule[64]; /* the alert rule whose cause label is the expected cause ("": none) */
 } phase_t;
 
 static void progress(const scenario_t *s, const char *phase, const char *what) {
@@ -428,8 +429,6 @@ static int run_warmup(const scenario_t *s, const char *name, const char *base, c
 typedef struct {
     char exe[4096];        /* the prometheus binary */
     char *rules;           /* SCN_ALERT_RULES, shortened */
-    scn_alert_t alerts[32]; /* its alerts and their causes */
-    int n_alerts;
 } prom_cfg_t;
 
 typedef struct {
@@ -506,6 +505,26 @@ static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *ph
     stop_process(pr->pid, 5);
     pr->pid = -1;
     return -1;
+}
+
+/* The alerting rule Prometheus loaded whose `cause` label is `cause` (GET /api/v1/rules), into
+ * out ("" when none has it). */
+static void prom_rule_for(const prom_t *pr, const char *cause, char *out, size_t cap) {
+    char *body = NULL;
+    cJSON *r = http(pr->base, "/api/v1/rules?type=alert", NULL, NULL, &body) == 200 && body ? cJSON_Parse(body) : NULL;
+    free(body);
+    out[0] = 0;
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "data"), "groups"), *g;
+    cJSON_ArrayForEach(g, groups) {
+        const cJSON *rule;
+        cJSON_ArrayForEach(rule, cJSON_GetObjectItemCaseSensitive(g, "rules")) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(rule, "name"),
+                        *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rule, "labels"), "cause");
+            if (!out[0] && cJSON_IsString(name) && cJSON_IsString(c) && !strcmp(c->valuestring, cause))
+                snprintf(out, cap, "%s", name->valuestring);
+        }
+    }
+    cJSON_Delete(r);
 }
 
 /* Adds the alerts firing now (and their causes) to the phase's lists. */
@@ -608,6 +627,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
             return;
         }
         p->prom = true;
+        prom_rule_for(&pr, s->expect, p->expect_rule, sizeof p->expect_rule);
     }
     char golden[512], diag_out[512];
     snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, golden_of);
@@ -712,11 +732,10 @@ static void judge(const scenario_t *s, result_t *r) {
  * baseline fires is the lab load's own (bench serve's requests end on max_tokens, which
  * VLLMRunawayGeneration reads as runaway generation), judged against the baseline like every
  * other verdict. */
-static void judge_alerts(const scenario_t *s, const prom_cfg_t *prom, result_t *r) {
+static void judge_alerts(result_t *r) {
     r->watched = true;
-    for (int i = 0; i < prom->n_alerts && !r->alert_rule; i++)
-        if (!strcmp(prom->alerts[i].cause, s->expect)) r->alert_rule = prom->alerts[i].name;
     const phase_t *inc = &r->incident;
+    r->alert_rule = inc->expect_rule[0] ? inc->expect_rule : NULL;
     bool agree = inc->ok && r->base.ok;
     const char *a = inc->alerts, *c = inc->alert_causes;
     while (*a && *c) { /* the two lists walk together */
@@ -848,7 +867,7 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pro
         snprintf(r.incident.err, sizeof r.incident.err, "not run: the baseline failed");
     }
     judge(s, &r);
-    if (prom) judge_alerts(s, prom, &r);
+    if (prom) judge_alerts(&r);
     if (json_out) cJSON_AddItemToArray(json_out, result_json(s, &r));
     else print_result(s, &r);
     bool ok = r.matched && (!r.ran_remedy || r.remedy_helped) && (!prom || r.alerts_ok);
@@ -935,8 +954,6 @@ int cli_scenario(int argc, char **argv) {
                 fprintf(stderr, "servelab: error: argument --prometheus: %s: %s\n", SCN_ALERT_RULES,
                         text ? perr : "cannot read it (run from the repository's root)");
                 rc = 2;
-            } else {
-                prom.n_alerts = scenario_alert_causes(text, prom.alerts, 32);
             }
             free(text);
         }

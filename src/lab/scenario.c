@@ -321,24 +321,3 @@ char *scenario_shorten_rules(const char *text, const char *window, const char *h
     }
     return out;
 }
-
-/* The word after `key` (up to a space, quote or line end) into buf. */
-static void word_after(const char *p, char *buf, size_t cap) {
-    size_t n = 0;
-    while (*p == ' ' || *p == '"' || *p == '\'') p++;
-    while (p[n] && !strchr(" \"'\r\n#", p[n]) && n + 1 < cap) n++;
-    memcpy(buf, p, n);
-    buf[n] = 0;
-}
-
-int scenario_alert_causes(const char *text, scn_alert_t *out, int cap) {
-    int n = 0;
-    for (const char *p = strstr(text, "- alert:"); p && n < cap; p = strstr(p + 1, "- alert:")) {
-        const char *next = strstr(p + 1, "- alert:"), *c = strstr(p, "cause:");
-        word_after(p + strlen("- alert:"), out[n].name, sizeof out[n].name);
-        out[n].cause[0] = 0;
-        if (c && (!next || c < next)) word_after(c + strlen("cause:"), out[n].cause, sizeof out[n].cause);
-        n++;
-    }
-    return n;
-}
