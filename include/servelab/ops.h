@@ -30,7 +30,8 @@ typedef struct {
      * data is AutoAWQ's qweight int32 (cols, rows / 8), qzeros int32
      * (cols / G, rows / 8) and scales fp16 (cols / G, rows); each int32 holds
      * 8 output columns in the order 0, 2, 4, 6, 1, 3, 5, 7, and
-     * w = (q - z) * s. Only linear and logits read it, through packed. */
+     * w = (q - z) * s. Only linear and logits read it, through packed (a
+     * host backend) or as the backend's awq_repack left it (a device one). */
     const void *qzeros, *scales;
     int64_t awq_group;
 } sl_weight_t;
@@ -119,10 +120,15 @@ struct sl_ops {
      * (64-byte aligned host memory, which the loader owns: weights.c). */
     size_t (*packed_bytes)(void *ctx, const sl_weight_t *w);
     void (*pack_linear)(void *ctx, const sl_weight_t *w, void *dst);
-    /* linear reads AWQ weights as loaded (data, qzeros and scales in backend
-     * memory, no packed copy): the CUDA backend. A backend with neither this
-     * nor packed_bytes has no W4A16 kernels and refuses AWQ checkpoints. */
+    /* linear reads AWQ weights in backend memory, no packed copy: the CUDA
+     * backend. A backend with neither this nor packed_bytes has no W4A16
+     * kernels and refuses AWQ checkpoints. */
     int awq_weights;
+    /* Optional, with awq_weights: rewrites an AWQ linear's qweight (K = cols,
+     * N / 8 = rows / 8 int32), just loaded into backend memory, in place into
+     * the layout its linear reads (the CUDA kernels': the transpose). A
+     * failure is recorded (last_error). */
+    void (*awq_repack)(void *ctx, void *qweight, int64_t N, int64_t K);
 
     /* Optional (NULL on CPU, whose ops cannot fail). A device backend never
      * exits from an op: a failure (a kernel fault, a cuBLAS error, no memory

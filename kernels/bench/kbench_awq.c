@@ -29,7 +29,7 @@
 #define GROUP 128
 
 typedef struct {
-    void *out, *in, *qweight, *qzeros, *scales, *ws;
+    void *out, *in, *qweight, *qzeros, *scales, *ws; /* qweight: repacked (N / 8, K) */
     size_t ws_bytes;
     int64_t T, N, K;
     int mma;                    /* slk_awq_mma, else slk_awq_gemv */
@@ -42,7 +42,7 @@ static void launch_awq(kb_ctx_t *c, void *arg) {
                               a->ws_bytes, c->stream));
     else
         KB_LAUNCH(slk_awq_gemv(a->out, a->in, a->qweight, a->qzeros, a->scales, a->T, a->N, a->K, GROUP, c->dt,
-                               a->ws, a->ws_bytes, c->stream));
+                               c->stream));
 }
 
 static void *xmalloc(size_t n) {
@@ -62,8 +62,7 @@ static void awq_case(kb_ctx_t *c, const kb_model_t *m, const char *kernel, const
     const int64_t nq = K * (N / 8), ng = K / GROUP, nz = ng * (N / 8), ns = ng * N;
     awq_arg_t a = {kb_try_alloc((size_t)(T * N) * (size_t)c->es), kb_try_alloc((size_t)(T * K) * (size_t)c->es),
                    kb_try_alloc((size_t)nq * 4), kb_try_alloc((size_t)nz * 4), kb_try_alloc((size_t)ns * 2), NULL,
-                   mma ? slk_awq_mma_workspace_bytes(T, N, K, GROUP) : slk_awq_gemv_workspace_bytes(T, N, K), T, N,
-                   K, mma};
+                   mma ? slk_awq_mma_workspace_bytes(T, N, K, GROUP) : 0, T, N, K, mma};
     if (a.ws_bytes) a.ws = kb_try_alloc(a.ws_bytes);
     void *ptrs[6] = {a.out, a.in, a.qweight, a.qzeros, a.scales, a.ws};
     if (!a.out || !a.in || !a.qweight || !a.qzeros || !a.scales || (a.ws_bytes && !a.ws)) {
@@ -80,7 +79,11 @@ static void awq_case(kb_ctx_t *c, const kb_model_t *m, const char *kernel, const
     for (int64_t i = 0; i < ns; i++) sf[i] = (1.0f + (float)kb_rand_below(1024) / 1024.0f) / 64.0f;
     dtype_from_f32(sc, sf, DTYPE_F16, ns);
     free(sf);
-    KB_CUDA(cudaMemcpy(a.qweight, qw, (size_t)nq * 4, cudaMemcpyHostToDevice));
+    int32_t *qwt = xmalloc((size_t)nq * 4); /* as slk_awq_repack leaves it: the transpose */
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N / 8; j++) qwt[j * K + k] = qw[k * (N / 8) + j];
+    KB_CUDA(cudaMemcpy(a.qweight, qwt, (size_t)nq * 4, cudaMemcpyHostToDevice));
+    free(qwt);
     KB_CUDA(cudaMemcpy(a.qzeros, qz, (size_t)nz * 4, cudaMemcpyHostToDevice));
     KB_CUDA(cudaMemcpy(a.scales, sc, (size_t)ns * 2, cudaMemcpyHostToDevice));
     kb_pattern_t pin;

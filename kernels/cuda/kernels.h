@@ -72,32 +72,29 @@ int slk_gemv(void *out, const void *in, const void *w, int64_t T, int64_t N, int
 /* AutoAWQ's 4-bit GEMM format (W4A16; layout in linear_awq.cu): qweight int32
  * (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N), N a multiple of
  * 8, G dividing K; in (T, K) and out (T, N) in dt, fp32 sums, every weight
- * built exactly as the CPU's cpu_awq_dequantize builds it.
- * slk_awq_gemv: 1 <= T <= SLK_AWQ_MAX_T (8), qweight read once for all T
- * rows; `workspace` of at least slk_awq_gemv_workspace_bytes(T, N, K)
- * (the split-K partials; 0 for some shapes; never over
- * slk_awq_gemv_workspace_max_bytes()). Deterministic.
+ * built exactly as the CPU's cpu_awq_dequantize builds it. The kernels read
+ * qweight_t, qweight repacked once by slk_awq_repack (its transpose, int32
+ * (N/8, K); qweight_t must not overlap qweight).
+ * slk_awq_gemv: 1 <= T <= SLK_AWQ_MAX_T (8), G a multiple of 32
+ * (launch_plan.h, slk_awq_gemv_takes), `in` 16-byte aligned; qweight_t read
+ * once for all T rows. Deterministic.
  * slk_awq_dequantize: w (N, K) in dt, for the cuBLAS path of larger T.
- * Both return cudaErrorInvalidValue for a shape, T or dtype they do not
+ * All return cudaErrorInvalidValue for a shape, T or dtype they do not
  * take; no launch when there is no output. */
-size_t slk_awq_gemv_workspace_bytes(int64_t T, int64_t N, int64_t K);
-/* At least slk_awq_gemv_workspace_bytes of every shape and T (8 MiB): a
- * workspace of this size never moves, so CUDA graphs can hold it. */
-size_t slk_awq_gemv_workspace_max_bytes(void);
-int slk_awq_gemv(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros, const void *scales,
-                 int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *workspace, size_t workspace_bytes,
-                 void *stream);
-int slk_awq_dequantize(void *w, const int32_t *qweight, const int32_t *qzeros, const void *scales, int64_t N,
+int slk_awq_repack(int32_t *qweight_t, const int32_t *qweight, int64_t N, int64_t K, void *stream);
+int slk_awq_gemv(void *out, const void *in, const int32_t *qweight_t, const int32_t *qzeros, const void *scales,
+                 int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *stream);
+int slk_awq_dequantize(void *w, const int32_t *qweight_t, const int32_t *qzeros, const void *scales, int64_t N,
                        int64_t K, int64_t G, sl_dtype_t dt, void *stream);
 /* slk_awq_mma: the same product on the tensor cores (mma.sync), bf16 and f16
  * only, any T >= 0, K and G multiples of 16 (launch_plan.h,
  * slk_awq_mma_takes); each weight is the dequantize kernel's (rounded to
  * dt), the products summed in fp32: dequantize + GEMM up to the order of the
- * sums. `workspace` of at least slk_awq_mma_workspace_bytes (never over
+ * sums; `in` 8-byte aligned. `workspace` of at least slk_awq_mma_workspace_bytes (never over
  * slk_awq_mma_workspace_max_bytes(), 8 MiB). Deterministic. */
 size_t slk_awq_mma_workspace_bytes(int64_t T, int64_t N, int64_t K, int64_t G);
 size_t slk_awq_mma_workspace_max_bytes(void);
-int slk_awq_mma(void *out, const void *in, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+int slk_awq_mma(void *out, const void *in, const int32_t *qweight_t, const int32_t *qzeros, const void *scales,
                 int64_t T, int64_t N, int64_t K, int64_t G, sl_dtype_t dt, void *workspace, size_t workspace_bytes,
                 void *stream);
 

@@ -178,34 +178,41 @@ static inline slk_gemv_plan_t slk_plan_gemv(int64_t T, int64_t N, int64_t K, int
 }
 
 /* ---- AWQ W4A16 GEMV: out(T, N) = in(T, K) . W(N, K)^T, W as AutoAWQ's nibbles ----
- * (linear_awq.cu.) A block is SLK_AWQ_THREADS threads over 32 int32 columns
- * (256 outputs) and a chunk of K; K is split over gridDim.y = ksplit blocks
- * until the grid has SLK_AWQ_MIN_BLOCKS blocks (4096 warps, as the bf16
- * GEMV's SLK_GEMV_MIN_WARPS), keeping at least 64 rows (8 per warp) in a
- * chunk. A chunk is a multiple of 8 rows; groups need not align with it
- * (a thread reloads its scales and zeros when its row enters a new group).
- * T runs as the next power of two (1, 2, 4, 8), the padded tokens computing
- * nothing. */
+ * (linear_awq.cu, on qweight repacked to (N/8, K).) A warp owns 4 int32
+ * columns (32 outputs) and reads them in batches of `batch` accesses of 32 k
+ * (one zero word and one load of scales per batch: 32 batch divides G). As
+ * the bf16 GEMV (slk_plan_gemv), the block's 8 warps share a column's K
+ * (ksplit of them, summed in shared memory) until the grid has
+ * SLK_AWQ_MIN_WARPS warps, as long as every warp keeps a batch. T runs as
+ * the next power of two (1, 2, 4, 8), the padded tokens storing nothing.
+ * Takes G a multiple of 32 (dividing K) and N a multiple of 8. */
 #define SLK_AWQ_MAX_T 8
 #define SLK_AWQ_THREADS 256
-#define SLK_AWQ_MIN_BLOCKS 512
+#define SLK_AWQ_MIN_WARPS 4096
+#define SLK_AWQ_MIN_BLOCKS 512 /* the tensor-core kernel's K split, below */
 
 typedef struct {
-    int tokens;         /* T rounded up: 1, 2, 4 or 8 */
-    int ksplit;         /* blocks along K (gridDim.y) */
-    int64_t chunk;      /* rows of K per split */
-    int64_t col_blocks; /* cdiv(N / 8, 32) (gridDim.x) */
+    int tokens;     /* T rounded up: 1, 2, 4 or 8 */
+    int batch;      /* accesses of 32 k per batch: 4, 2 or 1 (at most 4, 2, 1 at 1-2, 4, 8 tokens) */
+    int ksplit;     /* warps sharing a column's K: 1, 2, 4 or 8 */
+    int64_t blocks; /* cdiv(cdiv(N / 8, 4), 8 / ksplit) */
 } slk_awq_plan_t;
 
-/* Callers pass 1 <= T <= SLK_AWQ_MAX_T, N >= 8 a multiple of 8, K >= 1. */
-static inline slk_awq_plan_t slk_plan_awq_gemv(int64_t T, int64_t N, int64_t K) {
+static inline int slk_awq_gemv_takes(int64_t N, int64_t K, int64_t G) {
+    return N > 0 && N % 8 == 0 && G > 0 && G % 32 == 0 && K > 0 && K % G == 0;
+}
+
+/* Callers pass 1 <= T <= SLK_AWQ_MAX_T and a shape slk_awq_gemv_takes. */
+static inline slk_awq_plan_t slk_plan_awq_gemv(int64_t T, int64_t N, int64_t K, int64_t G) {
     slk_awq_plan_t p;
     p.tokens = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
-    p.col_blocks = slk_cdiv64(N / 8, 32);
-    int64_t split = slk_min64(slk_cdiv64(SLK_AWQ_MIN_BLOCKS, p.col_blocks), slk_cdiv64(K, 64));
-    if (split < 1) split = 1;
-    p.chunk = slk_cdiv64(slk_cdiv64(K, split), 8) * 8;
-    p.ksplit = (int)slk_cdiv64(K, p.chunk);
+    p.batch = p.tokens <= 2 ? 4 : p.tokens == 4 ? 2 : 1; /* registers: T accumulators per nibble */
+    while ((G / 32) % p.batch != 0) p.batch /= 2;
+    const int64_t col_warps = slk_cdiv64(N / 8, 4), batches = K / (32 * p.batch);
+    p.ksplit = 1;
+    while (p.ksplit < SLK_AWQ_THREADS / 32 && col_warps * p.ksplit < SLK_AWQ_MIN_WARPS && batches >= 2 * p.ksplit)
+        p.ksplit *= 2;
+    p.blocks = slk_cdiv64(col_warps, SLK_AWQ_THREADS / 32 / p.ksplit);
     return p;
 }
 

@@ -79,7 +79,7 @@ typedef struct {
     void *retired_ws[MAX_RETIRED]; /* earlier graph workspaces, still read by the graphs captured on them */
     int n_retired;
     void *blas_ws;          /* cuBLAS's workspace (BLAS_WORKSPACE_BYTES) */
-    void *awq_ws;           /* the AWQ GEMV's and tensor-core kernel's split partials: their fixed bound, at first use */
+    void *awq_ws;           /* the AWQ tensor-core kernel's split partials: its fixed bound, at first use */
     size_t awq_ws_bytes;
     void *awq_w;            /* an AWQ linear dequantized for cuBLAS (awq_linear), the largest one */
     size_t awq_w_bytes;
@@ -321,22 +321,48 @@ static void cu_thread_init(void *ctx) {
 static void gemm(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
                  int64_t T, const char *op);
 
-/* An AWQ linear (W4A16, ops.h), by T, as measured on the H100 (docs/gpu-results.md,
- * Run 6: one Llama-3-8B layer's seven linears, bf16):
- * - one row, the GEMV on the nibbles (slk_awq_gemv): 173 us against the
- *   tensor cores' 180 (and bf16's 205); in fp32 up to SLK_AWQ_MAX_T rows;
- * - up to AWQ_MMA_MAX_T rows at 16-bit activations (K and G multiples of 16),
- *   the tensor cores on the nibbles (slk_awq_mma): 180-184 us from 2 to 8
- *   rows (the GEMV: 273-508), 208 at 16, 374 at 32 (bf16's cuBLAS: 233-237);
+/* qweight (K, N / 8) rewritten in place as the AWQ kernels read it: its
+ * transpose (slk_awq_repack, kernels.h), through a scratch copy freed at
+ * once (at load, before the KV pool is sized). */
+static void cu_awq_repack(void *ctx, void *qweight, int64_t N, int64_t K) {
+    cuda_ctx_t *c = ctx;
+    const size_t n = (size_t)(N / 8) * (size_t)K * sizeof(int32_t);
+    if (c->failed || n == 0) return;
+    void *tmp = cu_alloc(c, n);
+    if (!tmp) {
+        if (!c->failed) record(c, __LINE__, "out of CUDA memory repacking AWQ weights (%zu bytes of scratch)", n);
+        return;
+    }
+    if (CU(c, cudaMemcpyAsync, (tmp, qweight, n, cudaMemcpyDeviceToDevice, c->stream))) {
+        int rc = slk_awq_repack(qweight, tmp, N, K, c->stream);
+        if (rc != 0) {
+            int sticky = clear_is_sticky((cudaError_t)rc);
+            record(c, __LINE__, "CUDA error: %s (slk_awq_repack of (%lld, %lld))", cudaGetErrorString((cudaError_t)rc),
+                   (long long)K, (long long)(N / 8));
+            if (sticky) c->fatal = 1;
+        }
+    }
+    cu_free(c, tmp);
+}
+
+/* An AWQ linear (W4A16, ops.h), by T, on the H100 (docs/gpu-results.md):
+ * - up to SLK_AWQ_MAX_T rows where it takes the shape (G a multiple of
+ *   32), the GEMV on the nibbles (slk_awq_gemv) at one row, and at every T
+ *   in fp32 (Run 6, before its rewrite: 173 us for one Llama-3-8B layer
+ *   against the tensor cores' 180 and bf16's 205);
+ * - up to AWQ_MMA_MAX_T rows at 16-bit activations (K and G multiples of
+ *   16), the tensor cores on the nibbles (slk_awq_mma): 180-184 us from 2 to
+ *   8 rows (the GEMV then: 273-508), 208 at 16, 374 at 32 (bf16's cuBLAS:
+ *   233-237);
  * - past that, the weight dequantized into awq_w and multiplied by cuBLAS:
  *   4.5 bytes per weight (about 450 us a layer whatever T, up to cuBLAS's
  *   compute-bound sizes), against the tensor-core kernel's 557 at 64 rows,
  *   which reads the nibbles once per 32 rows.
  * All three build each weight exactly as the CPU's AWQ kernels do (the last
- * two round it to dt, as their operands are). awq_w grows to the largest
- * linear during the first forward (the profiling or warm-up run, before any
- * graph is captured); the workspace of the two nibble kernels is their
- * fixed bound. */
+ * two round it to dt, as their operands are), from qweight as cu_awq_repack
+ * left it. awq_w grows to the largest linear during the first forward (the
+ * profiling or warm-up run, before any graph is captured); the workspace of
+ * the tensor-core kernel is its fixed bound. */
 #define AWQ_MMA_MAX_T 32
 
 static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const void *in, const sl_weight_t *w,
@@ -346,20 +372,16 @@ static void awq_linear(cuda_ctx_t *c, void *out, cudaDataType_t ctype, const voi
         record(c, __LINE__, "%s: AWQ weights give activations in the activation dtype only", op);
         return;
     }
-    const int mma = T >= 2 && T <= AWQ_MMA_MAX_T && c->dt != DTYPE_F32 && slk_awq_mma_takes(N, K, G);
-    const int gemv = !mma && T <= SLK_AWQ_MAX_T;
+    const int mma_ok = T <= AWQ_MMA_MAX_T && c->dt != DTYPE_F32 && slk_awq_mma_takes(N, K, G);
+    const int gemv = T <= SLK_AWQ_MAX_T && slk_awq_gemv_takes(N, K, G) && (T == 1 || !mma_ok);
+    const int mma = !gemv && mma_ok;
     int rc;
     const char *what;
-    if (gemv || mma) {
-        size_t ws_max = slk_awq_gemv_workspace_max_bytes();
-        if (slk_awq_mma_workspace_max_bytes() > ws_max) ws_max = slk_awq_mma_workspace_max_bytes();
-        if (!grow(c, &c->awq_ws, &c->awq_ws_bytes, ws_max, "AWQ workspace")) return;
-    }
     if (gemv) {
-        rc = slk_awq_gemv(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->awq_ws, c->awq_ws_bytes,
-                          c->stream);
+        rc = slk_awq_gemv(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->stream);
         what = "slk_awq_gemv";
     } else if (mma) {
+        if (!grow(c, &c->awq_ws, &c->awq_ws_bytes, slk_awq_mma_workspace_max_bytes(), "AWQ workspace")) return;
         rc = slk_awq_mma(out, in, w->data, w->qzeros, w->scales, T, N, K, G, c->dt, c->awq_ws, c->awq_ws_bytes,
                          c->stream);
         what = "slk_awq_mma";
@@ -790,6 +812,7 @@ const sl_ops_t *cuda_backend_init(const cuda_backend_opts_t *opts, sl_err_t *err
         .last_error = cu_last_error,
         .logits_device = op_logits_device,
         .awq_weights = 1,
+        .awq_repack = cu_awq_repack,
         .sample = op_sample,
         .graph_begin = cu_graph_begin,
         .graph_end = cu_graph_end,

@@ -345,6 +345,7 @@ static int load_awq(loader_t *L, const char *prefix, int64_t rows, int64_t cols,
     if (!(out->qzeros = load_awq_part(L, name, zshape, DTYPE_I32, &zpart, dummy_std, err))) return -1;
     snprintf(name, sizeof name, "%s.scales", prefix);
     if (!(out->scales = load_awq_part(L, name, sshape, DTYPE_F16, &spart, dummy_std, err))) return -1;
+    if (L->ops->awq_repack) L->ops->awq_repack(L->ops->ctx, (void *)out->data, out->rows, out->cols);
     return 0;
 }
 
