@@ -345,19 +345,19 @@ static void cu_awq_repack(void *ctx, void *qweight, int64_t N, int64_t K) {
     cu_free(c, tmp);
 }
 
-/* An AWQ linear (W4A16, ops.h), by T, on the H100 (docs/gpu-results.md):
- * - up to SLK_AWQ_MAX_T rows where it takes the shape (G a multiple of
- *   32), the GEMV on the nibbles (slk_awq_gemv) at one row, and at every T
- *   in fp32 (Run 6, before its rewrite: 173 us for one Llama-3-8B layer
- *   against the tensor cores' 180 and bf16's 205);
+/* An AWQ linear (W4A16, ops.h), by T, on the H100 (docs/gpu-results.md, Run 7:
+ * one Llama-3-8B layer's seven linears, bf16):
+ * - up to SLK_AWQ_MAX_T rows where it takes the shape (G a multiple of 32),
+ *   the GEMV on the nibbles (slk_awq_gemv) at one row, and at every T in
+ *   fp32: 117 us at one row against the tensor cores' 134 and the bf16
+ *   GEMV's 207 (at 2 rows 130 against 135: too close to call);
  * - up to AWQ_MMA_MAX_T rows at 16-bit activations (K and G multiples of
- *   16), the tensor cores on the nibbles (slk_awq_mma): 180-184 us from 2 to
- *   8 rows (the GEMV then: 273-508), 208 at 16, 374 at 32 (bf16's cuBLAS:
- *   233-237);
+ *   16), the tensor cores on the nibbles (slk_awq_mma): 135-142 us from 2 to
+ *   8 rows (the GEMV: 130-294), 173 at 16, 309 at 32 (bf16's cuBLAS: 234-237);
  * - past that, the weight dequantized into awq_w and multiplied by cuBLAS:
- *   4.5 bytes per weight (about 450 us a layer whatever T, up to cuBLAS's
- *   compute-bound sizes), against the tensor-core kernel's 557 at 64 rows,
- *   which reads the nibbles once per 32 rows.
+ *   4.5 bytes per weight (about 450 us a layer whatever T, Run 6, up to
+ *   cuBLAS's compute-bound sizes), as the tensor-core kernel at 64 rows
+ *   (448), which reads the nibbles once per 32 rows.
  * All three build each weight exactly as the CPU's AWQ kernels do (the last
  * two round it to dt, as their operands are), from qweight as cu_awq_repack
  * left it. awq_w grows to the largest linear during the first forward (the
