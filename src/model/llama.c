@@ -166,8 +166,9 @@ int llama_init(llama_model_t *m, const char *model_dir, const model_load_opts_t 
                  "%.2f bits per weight read", cfg.quant.group_size, cfg.quant.group_size == -1 ? ": whole inputs" : "",
                  ops0->name, llama_awq_bits_per_weight(m));
     /* vLLM's warning for its plain awq kernels, and true of ours on a device: past
-     * 8 rows a linear is dequantized for cuBLAS (cuda_backend.c), more bytes
-     * than bf16 moves. The CPU's batched W4 kernel is not slower than its bf16. */
+     * 32 rows a linear is dequantized for cuBLAS (cuda_backend.c), more bytes
+     * than bf16 moves (0.57x bf16 at 64 concurrent requests on an H100,
+     * docs/gpu-results.md). The CPU's batched W4 kernel is not slower than its bf16. */
     if (cfg.quant.method == QUANT_AWQ && !ops0->host_memory)
         LOG_WARNING("awq quantization is not fully optimized yet. The speed can be slower than non-quantized "
                     "models.");
