@@ -8,12 +8,18 @@
  * of its 8, and
  *   W[n][k] = (q(k, n) - z(k/G, n)) * s(k/G, n).
  * Per level:
- *   avx512, avx2, portable  (q - z) * s needs at most 4 + 11 significant bits,
+ *   avx512, portable  (q - z) * s needs at most 4 + 11 significant bits,
  *       so it is exact in fp32, as is z * s: each weight is built exactly, as
  *       fma(q, s, -z*s), and x * W summed in one fp32 FMA chain per output, in
  *       k order. These levels give the same bits as each other; they differ
  *       from cpu_linear on the dequantized weights only in the order of the
  *       additions.
+ *   avx2  the scale and zero factored out per group (below), on the nibbles
+ *       masked in place: q(k) 16^m, exact, against x(k) / 16^m (exact: a
+ *       power of two) precomputed once per op, so a weight costs an AND, a
+ *       convert and an FMA, where the exact weight costs a shift and an FMA
+ *       more: decode 1.26x faster on an AVX2-only machine (docs/benchmarks.md).
+ *       Its bits are its own, within the fp32 levels' error budget.
  *   avx512_bf16  activations rounded to bf16 (nearest even) once per op, as
  *       the bf16 linear does at this level (linear_packed.c), and the scale
  *       and zero factored out per group g:
@@ -46,12 +52,11 @@
  * tile. A token's outputs never depend on the other rows of the call: a
  * row's sums run in the same order whatever the tile. No GEMM path for large
  * T: a prefill rebuilds the weights once per tile.
- * Where the scale is applied: per weight at the fp32 levels, where factoring
- * it out of the group (s * sum x q - z s * sum x) would change the bits and
- * saves only one instruction in four per weight; per group at avx512_bf16,
- * where the activations are rounded anyway and the bf16 dot on bare q is
- * what brings decode near the memory's pace (over twice the fp32 levels'
- * speed).
+ * Where the scale is applied: per weight at avx512 and portable, the exact
+ * levels (avx512's 16-entry permute makes the weight cheap there); per group
+ * (s * sum x q - z s * sum x) at avx2 and avx512_bf16, where the bare-q inner
+ * sum is what brings decode nearer the memory's pace (avx512_bf16: over
+ * twice the fp32 levels' speed, the activations rounded to bf16 anyway).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -352,49 +357,68 @@ TARGET_BF16 static void awq_panel_bf16(float *out, int64_t ldo, const uint8_t *p
     }
 }
 
-/* AVX2: 16 registers, so one row at a time over 8 registers of 8 columns;
- * each column register takes its 8 k-steps before the next is loaded. */
-TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[8], const uint32_t *blk, const float *x, int n_steps,
-                                       const float *s, const float *zs) {
-    const __m256i low4 = _mm256_set1_epi32(0xf);
+/* AVX2 (bits of its own): the nibbles are masked in place, not shifted, and
+ * converted with their power of 16 (16^m q for the k-step pair m of a
+ * block, exact); the activations come pre-divided by it (xs, exact: a power
+ * of two), and the scale and zero are factored out per group, as at
+ * avx512_bf16:
+ *   out_n = sum_g s(g, n) * (sum_{k in g} xs(k) (16^m q(k, n))) - z(g, n) s(g, n) sx_g,
+ * sx_g = sum_{k in g} x(k) in fp32, k order. Per 8 weights an AND, a convert
+ * and an FMA (the fp32 levels' exact weights cost a shift and an FMA more),
+ * four column registers at a time: four independent FMA chains. */
+/* acc[u] += xs(k) 16^m q(k) over the n_steps k-steps of one block, for the
+ * column registers v0 .. v0 + 3. */
+TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[4], const uint32_t *blk, const float *xs, const int n_steps,
+                                       int v0) {
+    __m256i q[4], qh[4];
+    for (int u = 0; u < 4; u++) {
+        q[u] = _mm256_loadu_si256((const __m256i *)(blk + 8 * (v0 + u)));
+        qh[u] = _mm256_srli_epi32(q[u], 16);
+    }
 #pragma GCC unroll 8
-    for (int v = 0; v < 8; v++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 8 * v));
-        __m256 sv = _mm256_loadu_ps(s + 8 * v), zv = _mm256_loadu_ps(zs + 8 * v);
-#pragma GCC unroll 8
-        for (int i = 0; i < n_steps; i++) {
-            __m256 qf = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q, awq_kshift(i)), low4));
-            __m256 w = _mm256_fmsub_ps(qf, sv, zv); /* (q - z) * s, exact */
-            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(x[i]), w, acc[v]);
-        }
+    for (int i = 0; i < n_steps; i++) {
+        const __m256 xi = _mm256_set1_ps(xs[i]);
+        const __m256i mask = _mm256_set1_epi32(0xf << (4 * (i >> 1)));
+        for (int u = 0; u < 4; u++)
+            acc[u] = _mm256_fmadd_ps(xi, _mm256_cvtepi32_ps(_mm256_and_si256(i & 1 ? qh[u] : q[u], mask)), acc[u]);
     }
 }
 
-TARGET_AVX2 static void awq_panel_avx2(float *out, int64_t ldo, const uint8_t *pw, const float *x, int64_t ldx,
-                                       int64_t K, int64_t G, int nr, int64_t T) {
+TARGET_AVX2 static void awq_panel_avx2(float *out, int64_t ldo, const uint8_t *pw, const float *xs, int64_t ldx,
+                                       const float *sx, int64_t ldsx, int64_t K, int64_t G, int nr, int64_t T) {
     int64_t n_groups = K / G, full = G / AWQ_KB;
     int tail = (int)(G % AWQ_KB);
     for (int64_t t = 0; t < T; t++) {
-        const float *xr = x + t * ldx;
-        __m256 acc[8];
-        for (int v = 0; v < 8; v++) acc[v] = _mm256_setzero_ps();
+        float o[AWQ_NP] = {0};
         const uint8_t *group = pw;
         for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
-            float s[AWQ_NP], zs[AWQ_NP];
-            for (int v = 0; v < 8; v++) {
-                __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16 * v)));
-                __m256 z = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(group + 128 + 8 * v))));
-                _mm256_storeu_ps(s + 8 * v, sv);
-                _mm256_storeu_ps(zs + 8 * v, _mm256_mul_ps(z, sv)); /* exact */
-            }
             const uint32_t *blocks = (const uint32_t *)(group + AWQ_HDR_BYTES);
-            const float *xg = xr + g * G;
-            for (int64_t b = 0; b < full; b++) awq_block_avx2(acc, blocks + b * AWQ_NP, xg + b * AWQ_KB, AWQ_KB, s, zs);
-            if (tail) awq_block_avx2(acc, blocks + full * AWQ_NP, xg + full * AWQ_KB, tail, s, zs);
+            const float *xg = xs + t * ldx + g * G;
+            const __m256 sxg = _mm256_set1_ps(sx[t * ldsx + g]);
+            /* The next group streams in while this one is summed (its 4 column
+             * registers at a time read every other half of a block). */
+            const uint8_t *next = group + awq_group_bytes(G);
+            for (int v0 = 0; v0 < 8; v0 += 4) {
+                __m256 acc[4];
+                for (int u = 0; u < 4; u++) acc[u] = _mm256_setzero_ps();
+                for (int64_t b = 0; b < full; b++) {
+                    if (v0 == 0 && g + 1 < n_groups)
+                        for (int c = 0; c < 4; c++)
+                            _mm_prefetch((const char *)(next + (size_t)b * AWQ_NP * 4 + 64 * c), _MM_HINT_T0);
+                    awq_block_avx2(acc, blocks + b * AWQ_NP, xg + b * AWQ_KB, AWQ_KB, v0);
+                }
+                if (tail) awq_block_avx2(acc, blocks + full * AWQ_NP, xg + full * AWQ_KB, tail, v0);
+                for (int u = 0; u < 4; u++) {
+                    const int v = v0 + u;
+                    const __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16 * v)));
+                    const __m256 z = _mm256_cvtepi32_ps(
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(group + 128 + 8 * v))));
+                    const __m256 d = _mm256_fnmadd_ps(z, sxg, acc[u]); /* sum xs 16^m q - z sx */
+                    _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(sv, d, _mm256_loadu_ps(o + 8 * v)));
+                }
+            }
         }
-        float tmp[AWQ_NP];
-        for (int v = 0; v < 8; v++) _mm256_storeu_ps(tmp + 8 * v, acc[v]);
-        memcpy(out + t * ldo, tmp, (size_t)nr * sizeof(float));
+        memcpy(out + t * ldo, o, (size_t)nr * sizeof(float));
     }
 }
 #endif
@@ -416,8 +440,35 @@ typedef struct {
     int64_t T, N, K, G;
     awq_panel_fn_t panel;
     const uint32_t *xb; /* avx512_bf16: x as awq_round_rows makes it, else NULL */
-    const float *sx;
+    const float *xs;    /* avx2: x as awq_scale_rows makes it, else NULL */
+    const float *sx;    /* both: their group sums of x */
 } awq_args_t;
+
+typedef struct {
+    float *xs;      /* (T, K) */
+    float *sx;      /* (T, K/G) */
+    const float *x; /* (T, K) */
+    int64_t K, G;
+} awq_scale_args_t;
+
+/* For the AVX2 level: xs = x / 16^m, m the k-step pair of k within its
+ * group's block of 8 (exact: a power of two), and the group sums of x. */
+static void awq_scale_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+    (void)worker;
+    static const float INV16[4] = {1.0f, 1.0f / 16, 1.0f / 256, 1.0f / 4096};
+    const awq_scale_args_t *a = arg;
+    int64_t n_groups = a->K / a->G;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t g = 0; g < n_groups; g++) {
+            const float *x = a->x + t * a->K + g * a->G;
+            float *xs = a->xs + t * a->K + g * a->G, sum = 0.0f;
+            for (int64_t kk = 0; kk < a->G; kk++) {
+                xs[kk] = x[kk] * INV16[(kk % AWQ_KB) >> 1];
+                sum += x[kk];
+            }
+            a->sx[t * n_groups + g] = sum;
+        }
+}
 
 static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     (void)worker;
@@ -433,6 +484,11 @@ static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
                            n_groups * awq_blocks_per_group(a->G) * 4, a->sx, n_groups, a->K, a->G, nr, a->T);
             continue;
         }
+        if (a->xs) {
+            awq_panel_avx2(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xs, a->K, a->sx, a->K / a->G,
+                           a->K, a->G, nr, a->T);
+            continue;
+        }
 #endif
         a->panel(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->x, a->K, a->K, a->G, nr, a->T);
     }
@@ -442,9 +498,9 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
                            int64_t G) {
     awq_check_shape(N, K, G);
     cpu_isa_t isa = cpu_isa();
-    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL};
+    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL, NULL};
     uint32_t *xb = NULL;
-    float *sx = NULL;
+    float *xs = NULL, *sx = NULL;
 #ifdef HAVE_X86_LEVELS
     if (isa == CPU_ISA_AVX512_BF16) {
         /* The activations rounded, and their group sums, once for every panel. */
@@ -454,12 +510,21 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
         awq_round_args_t r = {xb, sx, in, K, G};
         cpu_parallel_for(T * K, T, 0, awq_round_rows, &r);
         a.xb = xb, a.sx = sx;
-    } else if (isa == CPU_ISA_AVX512) a.panel = awq_panel_avx512;
-    else if (isa == CPU_ISA_AVX2) a.panel = awq_panel_avx2;
+    } else if (isa == CPU_ISA_AVX512) {
+        a.panel = awq_panel_avx512;
+    } else if (isa == CPU_ISA_AVX2) {
+        /* The activations divided by their nibbles' powers of 16, and their group sums, once for every panel. */
+        xs = sl_malloc((size_t)(T * K) * sizeof *xs);
+        sx = sl_malloc((size_t)(T * (K / G)) * sizeof *sx);
+        awq_scale_args_t r = {xs, sx, in, K, G};
+        cpu_parallel_for(T * K, T, 0, awq_scale_rows, &r);
+        a.xs = xs, a.sx = sx;
+    }
 #else
     (void)isa;
 #endif
     cpu_parallel_for(T * N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_panels, &a);
     free(xb);
+    free(xs);
     free(sx);
 }
