@@ -67,10 +67,11 @@ void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int6
  * cpu_awq_packed_bytes, 4-byte aligned (64 is best); the checkpoint's
  * tensors are not referenced afterwards.
  * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; a token
- * gives the same bits whatever T. The fp32 levels give the same bits as each
- * other, the exact product but for the order of the additions; avx512_bf16
- * rounds the activations to bf16 first, as the bf16 linear does there
- * (linear_awq.c). */
+ * gives the same bits whatever T. portable and avx512 give the same bits as
+ * each other, the exact product but for the order of the additions; avx2
+ * applies the scale and zero once per group (bits of its own, within the same
+ * error budget); avx512_bf16 does too, and rounds the activations to bf16
+ * first, as the bf16 linear does there (linear_awq.c). */
 void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
                         int64_t K, int64_t G);
 size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G);
