@@ -51,6 +51,8 @@ class Chromium:
         to_r, self.to_w = os.pipe()
         self.from_r, from_w = os.pipe()
 
+        # Chromium's own output goes to a file, shown if it fails (see start).
+        self.log = tempfile.NamedTemporaryFile(prefix="chromium-", suffix=".log")
         devnull = os.open(os.devnull, os.O_WRONLY)
         # posix_spawn's dup2 puts the pipes at 3 and 4 exactly (and clears close-on-exec there).
         self.pid = os.posix_spawn(binary, [binary, "--headless", "--no-sandbox", "--disable-gpu",
@@ -58,13 +60,29 @@ class Chromium:
                                            f"--user-data-dir={self.profile.name}", "--window-size=1100,800",
                                            "about:blank"], os.environ,
                                   file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 3), (os.POSIX_SPAWN_DUP2, from_w, 4),
-                                                (os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+                                                (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                                (os.POSIX_SPAWN_DUP2, self.log.fileno(), 2)])
         os.close(devnull)
         os.close(to_r)
         os.close(from_w)
         self.buf, self.next_id, self.session = b"", 0, None
-        target = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
+        try:
+            target = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+            self.session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
+        except Exception:
+            self.close()
+            raise
+
+    @classmethod
+    def start(cls, binary, tries=2):
+        """A started browser. Its start is the environment's, not servelab's: one retry, and the
+        failure names Chromium's own last words."""
+        for attempt in range(1, tries + 1):
+            try:
+                return cls(binary)
+            except (RuntimeError, StopIteration, OSError) as e:
+                print(f"chromium did not start (try {attempt} of {tries}): {e!r}", flush=True)
+        raise RuntimeError("chromium did not start")
 
     def call(self, method, **params):
         self.next_id += 1
@@ -103,6 +121,11 @@ class Chromium:
         os.waitpid(self.pid, 0)
         os.close(self.to_w)
         os.close(self.from_r)
+        self.log.seek(0)
+        tail = self.log.read()[-1500:].decode(errors="replace").strip()
+        if self.session is None and tail:
+            print(f"chromium's output:\n{tail}", flush=True)
+        self.log.close()
         self.profile.cleanup()
 
 
@@ -139,12 +162,15 @@ def main():
             except Exception:  # noqa: BLE001 (the load only has to keep the engine busy)
                 time.sleep(0.1)
 
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+    # Daemons, and stopped in `finally`: nothing that fails below can leave them running (the
+    # process would never exit).
+    workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(12)]
     for w in workers:
         w.start()
-    time.sleep(1.0)
-    b = Chromium(browser)
+    b = None
     try:
+        time.sleep(1.0)
+        b = Chromium.start(browser)
         b.open(f"{base}/lab#key={ADMIN}", 4.0)
         c = selfcheck(b) or {}
         status = b.eval("document.getElementById('status').textContent")
@@ -167,10 +193,11 @@ def main():
         c = selfcheck(b) or {}
         check(c.get("updates") == 0 and c.get("errors", 0) > 0, "without the key: no update, the 401 reported")
     finally:
-        b.close()
+        if b:
+            b.close()
         stop.set()
         for w in workers:
-            w.join()
+            w.join(timeout=30)  # each ends after its request in flight
         srv.stop()
     print("all lab page checks passed")
 
