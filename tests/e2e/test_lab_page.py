@@ -47,7 +47,8 @@ class Chromium:
     NUL-terminated JSON on fds 3 and 4, no websocket library needed)."""
 
     def __init__(self, binary):
-        self.profile = tempfile.TemporaryDirectory()
+        # Chromium's helpers can still be writing the profile as it is removed: errors ignored.
+        self.profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         to_r, self.to_w = os.pipe()
         self.from_r, from_w = os.pipe()
 
@@ -61,7 +62,8 @@ class Chromium:
                                            "about:blank"], os.environ,
                                   file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 3), (os.POSIX_SPAWN_DUP2, from_w, 4),
                                                 (os.POSIX_SPAWN_DUP2, devnull, 1),
-                                                (os.POSIX_SPAWN_DUP2, self.log.fileno(), 2)])
+                                                (os.POSIX_SPAWN_DUP2, self.log.fileno(), 2)],
+                                  setsid=True)  # its own process group: close kills its helpers too
         os.close(devnull)
         os.close(to_r)
         os.close(from_w)
@@ -117,7 +119,10 @@ class Chromium:
             f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
 
     def close(self):
-        os.kill(self.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         os.waitpid(self.pid, 0)
         os.close(self.to_w)
         os.close(self.from_r)
@@ -193,9 +198,9 @@ def main():
         c = selfcheck(b) or {}
         check(c.get("updates") == 0 and c.get("errors", 0) > 0, "without the key: no update, the 401 reported")
     finally:
+        stop.set()
         if b:
             b.close()
-        stop.set()
         for w in workers:
             w.join(timeout=30)  # each ends after its request in flight
         srv.stop()
