@@ -25,6 +25,10 @@ stream opens with {"role", "content": null}, ends with a delta {} that carries f
 and, with include_usage, a chunk of choices [] and usage; errors are {"error": {"code",
 "message", "type"}}, and a body that is not JSON gets 500 "server_error" with a parser message.
 
+With --hold N, a generation request waits before its first byte until N of them are in
+flight at once (or 60 s have passed), so a test can tell that a client opened N streams
+concurrently without depending on how fast a busy machine opens them.
+
 Scripts (--script): "varied" (the metrics test: 2..10 tokens, 10..29 ms TTFT, 2..7 ms
 gaps, one event split across two writes 1 ms apart, keep-alive comments, an empty token,
 some 503 and 400 failures) or "fixed" (--ttft-ms, --itl-ms, --tokens for every request).
@@ -140,6 +144,8 @@ class State:
     def __init__(self, script):
         self.script = script
         self.lock = threading.Lock()
+        self.gathered = threading.Condition(self.lock)
+        self.hold = 0  # --hold
         self.reset()
 
     def reset(self):
@@ -253,6 +259,10 @@ class Handler(BaseHTTPRequestHandler):
             st.arrivals.append(t_recv)
             st.active += 1
             st.max_active = max(st.max_active, st.active)
+            if st.max_active >= st.hold:
+                st.gathered.notify_all()
+            else:
+                st.gathered.wait_for(lambda: st.max_active >= st.hold, timeout=60)
         try:
             self.stream(body, t_recv, chat, rid, i)
         finally:
@@ -354,6 +364,7 @@ def main():
     ap.add_argument("--itl-ms", type=float, default=5)
     ap.add_argument("--tokens", type=int, default=4)
     ap.add_argument("--llama-cpp", action="store_true")
+    ap.add_argument("--hold", type=int, default=0)
     args = ap.parse_args()
     Handler.llama_cpp = args.llama_cpp
     try:
@@ -365,6 +376,7 @@ def main():
     if args.script == "varied":  # a woken stream thread gets the GIL quickly: send times stay on script
         sys.setswitchinterval(0.0002)
     Handler.state = State(varied if args.script == "varied" else fixed(args.ttft_ms, args.itl_ms, args.tokens))
+    Handler.state.hold = args.hold
     ThreadingHTTPServer.request_queue_size = 4096
     ThreadingHTTPServer.daemon_threads = True
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
