@@ -59,6 +59,10 @@ void scenario_free(scenario_t *s);
  * requests. Then one baseline measurement serves both (`scenario run` measures it once). */
 bool scenario_same_baseline(const scenario_t *a, const scenario_t *b);
 
+/* Whether s's remedy is its baseline setup again (the remedy undoes the incident's change, as
+ * "restore --max-num-seqs 8" does). Then the baseline's measurement is the remedy's. */
+bool scenario_remedy_is_baseline(const scenario_t *s);
+
 /* Alert rules for a run of seconds (`scenario run --prometheus`): the rule file's text with every
  * range [5m] and subquery [5m:] made [window] and [window:], and every `for: D` made `for: hold`
  * (the rules' logic unchanged: shares over the window, as tests/e2e/test_alerts.py loads them).

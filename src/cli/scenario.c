@@ -10,9 +10,11 @@
  * directory), loads it with `bench serve` run after run (each with its own --seed), waits for
  * tokens to flow, sets the phase's faults through the admin API, waits settle_s, runs `diagnose
  * --json` over window_s (with the baseline's report as --baseline, and the log as --log), and
- * stops both. A phase with warm-up flags first runs `bench serve` with them to its end (warm-up
- * requests before taking traffic). A scenario with golden prompts records their answers in the
- * baseline phase, once the load flows, and every phase replays them (`diagnose --golden`). One
+ * stops both. A remedy that is the baseline's setup again (the incident's change undone) is
+ * not run twice: the baseline's measurement is the remedy's. A phase with warm-up flags first
+ * runs `bench serve` with them to its end (warm-up requests before taking traffic). A scenario
+ * with golden prompts records their answers in the baseline phase, once the load flows, and
+ * every phase replays them (`diagnose --golden`). One
  * that watches from boot ("watch": "boot": a cold start) sets its faults at boot (--fault) and
  * starts diagnose before the load, so the window holds the first requests after boot.
  * The incident matches when the diagnoser names the expected cause and the symptom
@@ -861,7 +863,13 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pro
         run_phase(s, "incident", &s->incident, tmp, r.base.report_path, golden_of, prom, &r.incident);
         if (remedy && s->remedy_text) {
             r.ran_remedy = true;
-            run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, prom, &r.remedy);
+            if (scenario_remedy_is_baseline(s)) {
+                progress(s, "remedy", "the baseline's setup again: the baseline's measurement serves");
+                r.remedy = r.base;
+                r.remedy.cause = sl_strdup(r.base.cause);
+            } else {
+                run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, prom, &r.remedy);
+            }
         }
     } else {
         snprintf(r.incident.err, sizeof r.incident.err, "not run: the baseline failed");

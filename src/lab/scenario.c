@@ -266,12 +266,19 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
     return true;
 }
 
+static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
+    return same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
+           same_args(&x->warmup, &y->warmup);
+}
+
 bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
-    const scn_setup_t *x = &a->baseline, *y = &b->baseline;
     return same_str(a->model, b->model) && same_str(a->golden, b->golden) && a->watch_boot == b->watch_boot &&
            a->window_s == b->window_s && a->settle_s == b->settle_s && a->expected_inflight == b->expected_inflight &&
-           same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
-           same_args(&x->warmup, &y->warmup);
+           same_setup(&a->baseline, &b->baseline);
+}
+
+bool scenario_remedy_is_baseline(const scenario_t *s) {
+    return s->remedy_text && same_setup(&s->baseline, &s->remedy);
 }
 
 /* ---- alert rules for a short run ---------------------------------------------------- */
