@@ -7,7 +7,9 @@
  * diagnoser must name. The incident and the remedy inherit each part they leave out (server
  * flags, faults, load flags) from the baseline. Real settings come first; a fault only where no
  * setting can do it (`imitation` then says what is imitated). Output incidents name golden
- * prompts (`golden`) whose answers the baseline records. Parsing is pure; running is
+ * prompts (`golden`) whose answers the baseline records. A setup with `proxy` puts a real nginx
+ * in front of the server (a gateway's limits, seed 004's "bottleneck upstream from vLLM"), and
+ * `replicas` starts several servers behind it. Parsing is pure; running is
  * `servelab scenario` (src/cli/scenario.c).
  */
 #ifndef SERVELAB_SCENARIO_H
@@ -27,6 +29,9 @@ typedef struct {
     scn_args_t load;    /* `servelab bench serve` flags (base URL and model are the runner's) */
     scn_args_t warmup;  /* `servelab bench serve` flags of a run that ends before the load starts
                          * (empty: none): warm-up requests before taking traffic */
+    bool proxied;       /* a real nginx in front: the load goes through it */
+    scn_args_t proxy;   /* nginx directives for its `location /` (one simple directive each, no
+                         * ';' or braces); limit_req_zone and limit_conn_zone go to `http` */
 } scn_setup_t;
 
 typedef struct {
@@ -44,6 +49,8 @@ typedef struct {
     char *where;        /* where an operator sees it (a series, a log line) */
     double window_s, settle_s; /* diagnose's window; load before it starts */
     int expected_inflight; /* 0, or the requests the clients hold (diagnose --expected-inflight) */
+    int replicas;       /* servers behind the proxy (1 without one); faults and diagnose act on the
+                         * first (its metrics are the scenario's), the others stay healthy */
     bool watch_boot;    /* "watch": "boot": faults are set at boot (--fault), and diagnose watches
                          * from before the load starts (the first requests after boot); else it
                          * watches once the load flows and the faults are set */

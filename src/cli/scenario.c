@@ -71,6 +71,7 @@ static const char *scn_usage = "usage: servelab scenario list [--dir DIR]\n"
                                "[--dir DIR]\n";
 
 #define SCN_DEFAULT_DIR "lab/scenarios"
+#define SCN_MAX_REPLICAS 8 /* scenario.c's bound on "replicas" */
 
 /* ---- scenario files --------------------------------------------------------------- */
 
@@ -141,6 +142,10 @@ static void print_setup(FILE *f, const char *what, const char *model, const scn_
     fprintf(f, "  %-9s servelab serve %s", what, model);
     print_args(f, "", &s->server);
     for (int i = 0; i < s->faults.n; i++) fputs(" --fault ", f), print_shell_word(f, s->faults.v[i]);
+    if (s->proxied) {
+        fputs("\n            proxy: nginx in front", f);
+        for (int i = 0; i < s->proxy.n; i++) fprintf(f, "%s %s;", i ? "" : ":", s->proxy.v[i]);
+    }
     print_args(f, "\n            load: servelab bench serve", &s->load);
     fputc('\n', f);
 }
@@ -148,6 +153,8 @@ static void print_setup(FILE *f, const char *what, const char *model, const scn_
 static void show(const scenario_t *s) {
     printf("%s: %s\n  seed %s, %s: \"%s\"\n", s->name, s->title, s->seed, s->section, s->quote);
     if (s->imitation) printf("  imitation: %s\n", s->imitation);
+    if (s->replicas > 1)
+        printf("  replicas: %d servers behind the proxy; faults and diagnose act on the first\n", s->replicas);
     print_setup(stdout, "baseline", s->model, &s->baseline);
     print_setup(stdout, "incident", s->model, &s->incident);
     if (s->remedy_text) print_setup(stdout, "remedy", s->model, &s->remedy);
@@ -224,20 +231,23 @@ static long http(const char *base, const char *path, const char *post, const cha
 
 static bool healthy(const char *base) { return http(base, "/health", NULL, NULL, NULL) == 200; }
 
-/* vllm:generation_tokens_total now (NAN when /metrics cannot be read). */
-static double generated(const char *base) {
+/* The sum of every sample of the series `name` on the server at base now (NAN when /metrics
+ * cannot be read). */
+static double metric_total(const char *base, const char *name) {
     char *text = NULL, err[128];
     double v = NAN;
     prom_snapshot_t snap = {0};
     if (http(base, "/metrics", NULL, NULL, &text) == 200 && !prom_parse(text, strlen(text), &snap, err, sizeof err)) {
         v = 0;
         for (int i = 0; i < snap.n; i++)
-            if (!strcmp(snap.samples[i].name, "vllm:generation_tokens_total")) v += snap.samples[i].value;
+            if (!strcmp(snap.samples[i].name, name)) v += snap.samples[i].value;
     }
     prom_snapshot_free(&snap);
     free(text);
     return v;
 }
+
+static double generated(const char *base) { return metric_total(base, "vllm:generation_tokens_total"); }
 
 /* An argv under construction. */
 typedef struct {
@@ -323,6 +333,8 @@ typedef struct {
     char alerts[512];     /* the alerts that reached "firing", comma-separated, first first */
     char alert_causes[512]; /* their cause labels, the same way */
     char expect_rule[64]; /* the alert rule whose cause label is the expected cause ("": none) */
+    int n_replicas;       /* servers behind the proxy (1 without one) */
+    double served[SCN_MAX_REPLICAS]; /* the requests each finished over diagnose's window */
 } phase_t;
 
 static void progress(const scenario_t *s, const char *phase, const char *what) {
@@ -549,6 +561,105 @@ static void prom_poll(const prom_t *pr, phase_t *p) {
     cJSON_Delete(r);
 }
 
+/* ---- a real nginx in front (a setup's "proxy") ------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    char base[64];
+    char dir[512];
+} proxy_t;
+
+/* The nginx binary: on PATH, else Debian's /usr/sbin/nginx (outside a user's PATH). 0, or -1. */
+static int nginx_exe(char *out, size_t cap) {
+    if (!find_in_path("nginx", out, cap)) return 0;
+    snprintf(out, cap, "/usr/sbin/nginx");
+    return access(out, X_OK);
+}
+
+/* The block a proxy directive belongs to: the zones nginx allows only in `http` go there, the
+ * balancing methods into the `upstream`, everything else into `location /v1/`: a gateway's
+ * limits act on the OpenAI API, while /tokenize (bench serve sizes its prompts with it),
+ * /health and /metrics pass through plain. */
+static char directive_block(const char *d) {
+    static const char *const http_only[] = {"limit_req_zone", "limit_conn_zone", NULL},
+                             *const upstream[] = {"least_conn", "ip_hash", "hash", "random", NULL};
+    const size_t n = strcspn(d, " \t");
+    for (const char *const *k = http_only; *k; k++)
+        if (strlen(*k) == n && !strncmp(d, *k, n)) return 'h';
+    for (const char *const *k = upstream; *k; k++)
+        if (strlen(*k) == n && !strncmp(d, *k, n)) return 'u';
+    return 'l';
+}
+
+static void put_directives(FILE *f, const scn_args_t *a, char block, const char *indent) {
+    for (int i = 0; i < a->n; i++)
+        if (directive_block(a->v[i]) == block) fprintf(f, "%s%s;\n", indent, a->v[i]);
+}
+
+/* Starts nginx in its own directory under tmp, proxying to the servers on ports[0..n) as one
+ * upstream (SSE unbuffered, upstream keep-alive), with the setup's directives; its access log
+ * names the replica that served each request. One process (master_process off), so it runs as
+ * the invoking user, root or not, with every path in its directory. 0 once it answers /health, or -1 with err. */
+static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t *setup, const int *ports, int n,
+                       const char *tmp, proxy_t *px, char *err, size_t cap) {
+    char exe[4096], conf[640], log[640];
+    px->pid = -1;
+    if (nginx_exe(exe, sizeof exe)) {
+        snprintf(err, cap, "the scenario's proxy needs nginx (Debian: apt-get install nginx-light)");
+        return -1;
+    }
+    snprintf(px->dir, sizeof px->dir, "%s/%.64s-%s-nginx", tmp, s->name, phase);
+    snprintf(conf, sizeof conf, "%s/nginx.conf", px->dir);
+    snprintf(log, sizeof log, "%s/error.log", px->dir);
+    const int port = free_port();
+    FILE *f = (mkdir(px->dir, 0755) == 0 || errno == EEXIST) ? fopen(conf, "w") : NULL;
+    if (!f || port < 0) {
+        if (f) fclose(f);
+        snprintf(err, cap, "cannot write the nginx configuration in %s: %s", px->dir, strerror(errno));
+        return -1;
+    }
+    const char *d = px->dir;
+    fprintf(f, "daemon off;\nmaster_process off;\nworker_processes 1;\npid %s/nginx.pid;\nerror_log %s warn;\n"
+               "events { worker_connections 1024; }\nhttp {\n"
+               "    log_format servelab '$msec $upstream_addr $status $request_time $upstream_response_time "
+               "\"$request\"';\n    access_log %s/access.log servelab;\n",
+            d, log, d);
+    static const char *const temps[] = {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"};
+    for (int i = 0; i < 5; i++) fprintf(f, "    %s_temp_path %s/%s;\n", temps[i], d, temps[i]);
+    put_directives(f, &setup->proxy, 'h', "    ");
+    fprintf(f, "    upstream servelab {\n");
+    put_directives(f, &setup->proxy, 'u', "        ");
+    for (int i = 0; i < n; i++) fprintf(f, "        server 127.0.0.1:%d;\n", ports[i]);
+    fprintf(f, "        keepalive 64;\n    }\n    server {\n        listen 127.0.0.1:%d;\n", port);
+    for (int api = 0; api < 2; api++) {
+        fprintf(f, "        location %s {\n            proxy_pass http://servelab;\n            proxy_http_version 1.1;\n"
+                   "            proxy_set_header Connection \"\";\n            proxy_buffering off;\n"
+                   "            proxy_read_timeout 600s;\n",
+                api ? "/v1/" : "/");
+        if (api) put_directives(f, &setup->proxy, 'l', "            ");
+        fprintf(f, "        }\n");
+    }
+    fprintf(f, "    }\n}\n");
+    if (fclose(f)) {
+        snprintf(err, cap, "cannot write %s: %s", conf, strerror(errno));
+        return -1;
+    }
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s/", d);
+    char *argv[] = {exe, "-p", prefix, "-c", conf, "-e", log, NULL};
+    char out[640];
+    snprintf(out, sizeof out, "%s/stdout.log", d);
+    px->pid = spawn(argv, out);
+    snprintf(px->base, sizeof px->base, "http://127.0.0.1:%d", port);
+    for (double end = sl_now_s() + 30; px->pid > 0 && sl_now_s() < end && waitpid(px->pid, NULL, WNOHANG) == 0;
+         usleep(50000))
+        if (healthy(px->base)) return 0;
+    snprintf(err, cap, "nginx did not start proxying (its log: %s)", log);
+    stop_process(px->pid, 5);
+    px->pid = -1;
+    return -1;
+}
+
 /* Starts `servelab diagnose --json` over window against base (its report into report_path,
  * its stderr into err_path); the pid, or -1. */
 static pid_t spawn_diagnose(const char *base, const char *window, const char *log, const char *baseline_report,
@@ -575,74 +686,115 @@ static pid_t spawn_diagnose(const char *base, const char *window, const char *lo
     return rc ? -1 : pid;
 }
 
-/* One phase of s: `golden_of` names the scenario whose baseline recorded the golden answers
- * (s's own, or the one whose baseline s shares). */
-static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
-                      const char *baseline_report, const char *golden_of, const prom_cfg_t *prom, phase_t *p) {
-    memset(p, 0, sizeof *p);
-    int port = free_port();
-    char base[64], port_s[16], log[512], load_log[512], window[32];
-    snprintf(port_s, sizeof port_s, "%d", port);
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
-    /* tmp is short (mkdtemp's /tmp/servelab-scenario-XXXXXX) and names are file names. */
-    snprintf(log, sizeof log, "%s/%.64s-%s-serve.log", tmp, s->name, name);
-    snprintf(load_log, sizeof load_log, "%s/%.64s-%s-load.log", tmp, s->name, name);
-    snprintf(p->report_path, sizeof p->report_path, "%s/%.64s-%s-report.json", tmp, s->name, name);
-    snprintf(window, sizeof window, "%gs", s->window_s);
+/* The processes of one phase: its servers (the first is the scenario's), nginx, Prometheus. */
+typedef struct {
+    pid_t server[SCN_MAX_REPLICAS];
+    int n_servers;
+    proxy_t proxy;
+    prom_t prom;
+} procs_t;
 
-    /* The lab's admin API is on in every phase (the same series in each); the
-     * faults are set through it once the load flows, so the incident happens
-     * under load, as a real one does, not before the clients start. */
-    char admin_key[40];
-    snprintf(admin_key, sizeof admin_key, "scenario-%d-%ld", (int)getpid(), (long)port);
+static void stop_all(procs_t *ps) {
+    stop_process(ps->proxy.pid, 10);
+    for (int i = 0; i < ps->n_servers; i++) stop_process(ps->server[i], 30);
+    stop_process(ps->prom.pid, 10);
+}
+
+/* Starts servelab serve on a free port with the setup's flags (the first server also with the
+ * admin API's key, and with the faults when they act from boot); 0 once /health answers, or
+ * -1 with p->err. */
+static int start_server(const scenario_t *s, const char *name, const scn_setup_t *setup, int replica,
+                        const char *admin_key, const char *log, procs_t *ps, char *base, size_t base_cap,
+                        phase_t *p) {
+    const int port = free_port();
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    snprintf(base, base_cap, "http://127.0.0.1:%d", port);
+    /* The lab's admin API is on in every phase (the same series in each); the faults are set
+     * through it once the load flows, so the incident happens under load, as a real one does,
+     * not before the clients start. */
     argv_t srv = {0};
     const char *head[] = {self_exe, "serve", s->model, "--host", "127.0.0.1", "--port", port_s,
                           "--enable-fault-injection", "--admin-key", admin_key};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&srv, head[i]);
     argv_add_all(&srv, &setup->server);
-    if (s->watch_boot) /* the faults act from boot, as --fault sets them */
+    if (s->watch_boot && replica == 0) /* the faults act from boot, as --fault sets them */
         for (int i = 0; i < setup->faults.n; i++) argv_add(&srv, "--fault"), argv_add(&srv, setup->faults.v[i]);
-    progress(s, name, "starting servelab serve");
-    pid_t server = port > 0 ? spawn(srv.v, log) : -1;
+    char what[64] = "starting servelab serve";
+    if (s->replicas > 1) snprintf(what, sizeof what, "starting servelab serve (replica %d)", replica + 1);
+    progress(s, name, what);
+    const pid_t pid = port > 0 ? spawn(srv.v, log) : -1;
     argv_free(&srv);
-    if (server < 0) {
+    if (pid < 0) {
         snprintf(p->err, sizeof p->err, "could not start servelab serve");
-        return;
+        return -1;
     }
-    double deadline = sl_now_s() + 300;
+    ps->server[ps->n_servers++] = pid;
     bool up = false;
-    while (!up && sl_now_s() < deadline && waitpid(server, NULL, WNOHANG) == 0) {
-        up = healthy(base);
-        if (!up) usleep(100000);
-    }
-    if (!up) {
-        snprintf(p->err, sizeof p->err, "servelab serve did not become healthy (its log: %s)", log);
-        stop_process(server, 10);
-        return;
-    }
+    for (double deadline = sl_now_s() + 300; !up && sl_now_s() < deadline && waitpid(pid, NULL, WNOHANG) == 0;)
+        if (!(up = healthy(base))) usleep(100000);
+    if (!up) snprintf(p->err, sizeof p->err, "servelab serve did not become healthy (its log: %s)", log);
+    return up ? 0 : -1;
+}
 
-    prom_t pr = {.pid = -1};
+/* One phase of s: `golden_of` names the scenario whose baseline recorded the golden answers
+ * (s's own, or the one whose baseline s shares). */
+static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
+                      const char *baseline_report, const char *golden_of, const prom_cfg_t *prom, phase_t *p) {
+    memset(p, 0, sizeof *p);
+    procs_t ps = {.proxy.pid = -1, .prom.pid = -1};
+    char base[64], log[512], load_log[512], window[32];
+    /* tmp is short (mkdtemp's /tmp/servelab-scenario-XXXXXX) and names are file names. */
+    snprintf(log, sizeof log, "%s/%.64s-%s-serve.log", tmp, s->name, name);
+    snprintf(load_log, sizeof load_log, "%s/%.64s-%s-load.log", tmp, s->name, name);
+    snprintf(p->report_path, sizeof p->report_path, "%s/%.64s-%s-report.json", tmp, s->name, name);
+    snprintf(window, sizeof window, "%gs", s->window_s);
+    char admin_key[40];
+    snprintf(admin_key, sizeof admin_key, "scenario-%d-%ld", (int)getpid(), (long)sl_now_s());
+
+    /* The first server is the scenario's: faults, diagnose and Prometheus act on it. */
+    char bases[SCN_MAX_REPLICAS][64];
+    const int n = setup->proxied ? s->replicas : 1;
+    int ports[SCN_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) {
+        char rlog[512];
+        snprintf(rlog, sizeof rlog, "%s/%.64s-%s-serve-%d.log", tmp, s->name, name, i + 1);
+        if (start_server(s, name, setup, i, admin_key, i ? rlog : log, &ps, bases[i], sizeof bases[i], p)) {
+            stop_all(&ps);
+            return;
+        }
+        ports[i] = atoi(strrchr(bases[i], ':') + 1);
+    }
+    snprintf(base, sizeof base, "%s", bases[0]);
+    const char *load_base = base; /* where the clients connect: the proxy when there is one */
+    if (setup->proxied) {
+        progress(s, name, n > 1 ? "starting nginx in front of the replicas" : "starting nginx in front");
+        if (proxy_start(s, name, setup, ports, n, tmp, &ps.proxy, p->err, sizeof p->err)) {
+            stop_all(&ps);
+            return;
+        }
+        load_base = ps.proxy.base;
+    }
     if (prom) {
         progress(s, name, "starting Prometheus (the alert rules, windows of seconds)");
-        if (prom_start(prom, s, name, tmp, port, &pr, p->err, sizeof p->err)) {
-            stop_process(server, 30);
+        if (prom_start(prom, s, name, tmp, ports[0], &ps.prom, p->err, sizeof p->err)) {
+            stop_all(&ps);
             return;
         }
         p->prom = true;
-        prom_rule_for(&pr, s->expect, p->expect_rule, sizeof p->expect_rule);
+        prom_rule_for(&ps.prom, s->expect, p->expect_rule, sizeof p->expect_rule);
     }
     char golden[512], diag_out[512];
     snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, golden_of);
     snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
-    if (setup->warmup.n && run_warmup(s, name, base, &setup->warmup, tmp, p->err, sizeof p->err)) {
-        stop_process(server, 30);
-        stop_process(pr.pid, 10);
+    if (setup->warmup.n && run_warmup(s, name, load_base, &setup->warmup, tmp, p->err, sizeof p->err)) {
+        stop_all(&ps);
         return;
     }
 
     load_t load = {.log = load_log};
     pthread_mutex_init(&load.mu, NULL);
-    const char *lhead[] = {self_exe, "bench", "serve", "--base-url", base, "--model", s->model};
+    const char *lhead[] = {self_exe, "bench", "serve", "--base-url", load_base, "--model", s->model};
     for (size_t i = 0; i < sizeof lhead / sizeof lhead[0]; i++) argv_add(&load.argv, lhead[i]);
     argv_add_all(&load.argv, &setup->load);
     pid_t diag = -1;
@@ -656,6 +808,8 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
                               diag_out);
         usleep(500000);
     }
+    double served0[SCN_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) served0[i] = metric_total(bases[i], "vllm:request_success_total");
     pthread_create(&load.thread, NULL, load_main, &load);
     double hold_end = sl_now_s() + PROM_HOLD_S;
     if (!s->watch_boot) {
@@ -664,8 +818,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
             set_faults(base, admin_key, setup, p->err, sizeof p->err) ||
             (s->golden && !baseline_report && record_golden(s, name, base, golden, tmp, p->err, sizeof p->err))) {
             load_stop(&load);
-            stop_process(server, 30);
-            stop_process(pr.pid, 10);
+            stop_all(&ps);
             return;
         }
         hold_end = sl_now_s() + PROM_HOLD_S;
@@ -675,6 +828,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         progress(s, name, what);
         struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}
+        for (int i = 0; i < n; i++) served0[i] = metric_total(bases[i], "vllm:request_success_total");
         diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL,
                               s->expected_inflight, p->report_path, diag_out);
     }
@@ -687,13 +841,15 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
             if (w < 0) break;
             ran = w == diag;
         }
-        if (prom) prom_poll(&pr, p);
+        if (prom) prom_poll(&ps.prom, p);
         if (ran && (!prom || sl_now_s() >= hold_end)) break;
         if (prom) usleep(500000);
     }
+    /* the requests each replica finished over the window (balancing, seen from the servers) */
+    p->n_replicas = n;
+    for (int i = 0; i < n; i++) p->served[i] = metric_total(bases[i], "vllm:request_success_total") - served0[i];
     load_stop(&load);
-    stop_process(server, 30);
-    stop_process(pr.pid, 10);
+    stop_all(&ps);
     int code = ran && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code != 0 && code != 3) {
         snprintf(p->err, sizeof p->err, "servelab diagnose failed (exit %d; %s)", code, diag_out);
@@ -766,6 +922,10 @@ static void print_phase(const scenario_t *s, const char *what, const phase_t *p)
     if (s->measure) printf(" %s %.4g", s->measure, measure(p, s));
     if (p->ranked[0] && strcmp(p->ranked, p->cause)) printf("  (fired: %s)", p->ranked);
     if (p->prom) printf("  alerts: %s", p->alerts[0] ? p->alerts : "none");
+    if (p->n_replicas > 1) {
+        printf("  served:");
+        for (int i = 0; i < p->n_replicas; i++) printf("%s%.0f", i ? " / " : " ", p->served[i]);
+    }
     printf("\n");
 }
 
@@ -805,6 +965,10 @@ static cJSON *phase_json(const scenario_t *s, const phase_t *p) {
     double v = measure(p, s);
     if (s->measure) cJSON_AddItemToObject(o, s->measure, isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull());
     cJSON_AddStringToObject(o, "report", p->report_path);
+    if (p->n_replicas > 1) {
+        cJSON *served = cJSON_AddArrayToObject(o, "served");
+        for (int i = 0; i < p->n_replicas; i++) cJSON_AddItemToArray(served, cJSON_CreateNumber(p->served[i]));
+    }
     if (p->prom) {
         cJSON *alerts = cJSON_AddArrayToObject(o, "alerts");
         for (const char *a = p->alerts; *a;) {

@@ -99,10 +99,10 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
     snprintf(where, sizeof where, "%s: ", key);
     if (!o && required) return fail(err, cap, "\"%s\" is required", key);
     if (o && !cJSON_IsObject(o)) return fail(err, cap, "\"%s\" must be an object", key);
-    static const char *const keys[] = {"server", "faults", "load", "warmup", "text", NULL};
+    static const char *const keys[] = {"server", "faults", "load", "warmup", "proxy", "text", NULL};
     const char *bad;
     if (o && !only_keys(o, keys, &bad))
-        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup%s)", where,
+        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup, proxy%s)", where,
                     shown(bad, (char[64]){0}, 64), text ? ", text" : "");
     if (o && !text && cJSON_GetObjectItemCaseSensitive(o, "text"))
         return fail(err, cap, "%s\"text\" belongs to the remedy", where);
@@ -117,6 +117,12 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
         if (o && get_args(o, parts[i].k, parts[i].dst, &present, where, err, cap)) return -1;
         if (!present && parts[i].from) args_copy(parts[i].dst, parts[i].from);
     }
+    if (o && get_args(o, "proxy", &s->proxy, &s->proxied, where, err, cap)) return -1;
+    if (!s->proxied && inherit && inherit->proxied) args_copy(&s->proxy, &inherit->proxy), s->proxied = true;
+    for (int i = 0; i < s->proxy.n; i++) /* one simple directive each: no block, no second directive */
+        if (strpbrk(s->proxy.v[i], ";{}\n\r#"))
+            return fail(err, cap, "%s\"proxy\"[%d]: one nginx directive without ';', braces, '#' or newlines",
+                        where, i);
     if (text && o && get_str(o, "text", true, text, where, err, cap)) return -1;
     return 0;
 }
@@ -146,7 +152,7 @@ static int get_watch(const cJSON *root, bool *boot, char *err, size_t cap) {
 static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
                                        "incident", "remedy", "symptom", "expect", "window_s", "settle_s", "golden",
-                                       "watch", "expected_inflight", NULL};
+                                       "watch", "expected_inflight", "replicas", NULL};
     const char *bad;
     if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
     if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
@@ -169,6 +175,14 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
                       inflight->valuedouble == floor(inflight->valuedouble)))
         return fail(err, cap, "\"expected_inflight\" must be a whole number of requests in [1, 100000]");
     s->expected_inflight = inflight ? (int)inflight->valuedouble : 0;
+    const cJSON *replicas = cJSON_GetObjectItemCaseSensitive(root, "replicas");
+    if (replicas && !(cJSON_IsNumber(replicas) && replicas->valuedouble >= 1 && replicas->valuedouble <= 8 &&
+                      replicas->valuedouble == floor(replicas->valuedouble)))
+        return fail(err, cap, "\"replicas\" must be a whole number of servers in [1, 8]");
+    s->replicas = replicas ? (int)replicas->valuedouble : 1;
+    if (s->replicas > 1 && !(s->baseline.proxied && s->incident.proxied && s->remedy.proxied))
+        return fail(err, cap, "\"replicas\": %d servers need a \"proxy\" in front of them (the baseline's, "
+                    "which the other setups inherit)", s->replicas);
     if (s->golden && s->watch_boot)
         return fail(err, cap, "\"golden\" needs \"watch\": \"load\" (recording its answers would warm the server)");
     bool healthy = !strcmp(s->expect, "healthy");
@@ -236,6 +250,7 @@ static void setup_free(scn_setup_t *s) {
     args_free(&s->faults);
     args_free(&s->load);
     args_free(&s->warmup);
+    args_free(&s->proxy);
 }
 
 void scenario_free(scenario_t *s) {
@@ -268,13 +283,13 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
 
 static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
     return same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
-           same_args(&x->warmup, &y->warmup);
+           same_args(&x->warmup, &y->warmup) && x->proxied == y->proxied && same_args(&x->proxy, &y->proxy);
 }
 
 bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
     return same_str(a->model, b->model) && same_str(a->golden, b->golden) && a->watch_boot == b->watch_boot &&
            a->window_s == b->window_s && a->settle_s == b->settle_s && a->expected_inflight == b->expected_inflight &&
-           same_setup(&a->baseline, &b->baseline);
+           a->replicas == b->replicas && same_setup(&a->baseline, &b->baseline);
 }
 
 bool scenario_remedy_is_baseline(const scenario_t *s) {

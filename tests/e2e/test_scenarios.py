@@ -7,6 +7,7 @@ Then `list`, `show`, and the refusals: an unknown scenario, a bad file (one line
 and the field), bad usage. Prints one line per check and "N passed, N failed".
 """
 import argparse
+import copy
 import json
 import os
 import shlex
@@ -57,6 +58,23 @@ def main():
         p = run("list", "--dir", d)
         check("a bad scenario file exits 2 naming the file and the field",
               p.returncode == 2 and "broken.json" in p.stderr and '"expect": "slow"' in p.stderr, p.stderr)
+        good = json.load(open(os.path.join(args.root, "lab", "scenarios", "gateway_queue.json")))
+        two_directives = copy.deepcopy(good)
+        two_directives["baseline"]["proxy"] = ["limit_req zone=x; return 200"]
+        no_proxy = copy.deepcopy(good)
+        no_proxy["replicas"] = 2
+        for phase in ("baseline", "incident", "remedy"):
+            no_proxy[phase].pop("proxy", None)
+        for bad, field in ((two_directives, 'baseline: "proxy"[0]'), (no_proxy, '"replicas"')):
+            with open(os.path.join(d, "broken.json"), "w") as f:
+                json.dump(bad, f)
+            p = run("list", "--dir", d)
+            check(f"a bad proxy setting exits 2 with one line naming {field}",
+                  p.returncode == 2 and p.stderr.count("\n") == 1 and field in p.stderr, p.stderr)
+    p = run("show", "unhealthy_replica")
+    check("show: the replicas and the nginx directives of each setup",
+          p.returncode == 0 and "replicas: 2 servers behind the proxy" in p.stdout and
+          "proxy: nginx in front: least_conn;" in p.stdout, p.stdout + p.stderr)
 
     p = run("run", "--all", "--remedy", "--json", timeout=1800)
     try:
@@ -73,6 +91,15 @@ def main():
         if "remedy" in r:
             line += f" -> remedy {r['remedy'].get('cause')} {r['remedy'].get(r['measure'])}"
         check(line, r["matched"] and r["symptom_moved"] and (r["expected"] == "healthy" or r.get("remedy_helped")), r)
+        if r["name"] == "unhealthy_replica" and r["incident"].get("ok") and r.get("remedy", {}).get("ok"):
+            # the first replica is the slow one: round-robin gives it every other request, so the
+            # fast one waits for it; least_conn sends it only what it can take
+            a, b = r["incident"]["served"]
+            check(f"unhealthy_replica: round-robin served both replicas alike ({a:.0f} / {b:.0f})",
+                  abs(a - b) <= 0.1 * (a + b) + 2, r["incident"])
+            a, b = r["remedy"]["served"]
+            check(f"unhealthy_replica: least_conn routed around the slow replica ({a:.0f} / {b:.0f})",
+                  4 * a < b, r["remedy"])
         if r["expected"] == "healthy":
             check("healthy: the baseline and the incident raise nothing",
                   r["baseline"].get("cause") == "healthy" and inc.get("cause") == "healthy" and not inc.get("ranked"),
