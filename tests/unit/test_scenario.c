@@ -112,6 +112,46 @@ static void test_refusals_name_the_field(void) {
 
 /* Every file in lab/scenarios parses; together they cover the causes listed here. */
 /* One baseline serves the scenarios that would run it alike, and only those. */
+/* A proxy in front (nginx directives, inherited like the rest) and replicas behind it; a remedy
+ * that is the baseline's setup again. */
+static void test_proxy_replicas_and_remedy_as_baseline(void) {
+    scenario_t s;
+    char err[256];
+    CHECK_EQ_INT(scenario_parse(MINIMAL, strlen(MINIMAL), "q", &s, err, sizeof err), 0);
+    CHECK(!s.baseline.proxied && !s.remedy.proxied && s.replicas == 1);
+    CHECK(!scenario_remedy_is_baseline(&s)); /* its remedy changes the load */
+    scenario_free(&s);
+    const char *doc =
+        "{\"title\": \"t\", \"seed\": \"003\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m\", \"replicas\": 2,"
+        " \"baseline\": {\"load\": [\"--max-concurrency\", \"8\"], \"proxy\": []},"
+        " \"incident\": {\"faults\": [\"step_delay:ms=25\"]},"
+        " \"remedy\": {\"text\": \"balance on load\", \"faults\": [\"step_delay:ms=25\"], \"proxy\": [\"least_conn\"]},"
+        " \"symptom\": {\"measure\": \"queue_share_of_ttft\", \"direction\": \"up\", \"where\": \"queue\"},"
+        " \"expect\": \"queueing\"}";
+    CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "r", &s, err, sizeof err), 0);
+    CHECK(s.replicas == 2 && s.baseline.proxied && s.baseline.proxy.n == 0);
+    CHECK(s.incident.proxied && s.incident.proxy.n == 0); /* the baseline's */
+    CHECK(s.remedy.proxied && s.remedy.proxy.n == 1 && !strcmp(s.remedy.proxy.v[0], "least_conn"));
+    CHECK(!scenario_remedy_is_baseline(&s));
+    scenario_free(&s);
+    /* a remedy that undoes the incident's change is the baseline again; another proxy is not */
+    const char *again = "{\"title\": \"t\", \"seed\": \"004\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m\","
+                        " \"baseline\": {\"load\": [\"-n\"], \"proxy\": []}, \"incident\": {\"proxy\": [\"limit_req zone=g\"]},"
+                        " \"remedy\": {\"text\": \"lift it\", \"proxy\": []}, \"expect\": \"upstream_bottleneck\","
+                        " \"symptom\": {\"measure\": \"inflight_vs_expected\", \"direction\": \"down\", \"where\": \"w\"}}";
+    CHECK_EQ_INT(scenario_parse(again, strlen(again), "g", &s, err, sizeof err), 0);
+    CHECK(scenario_remedy_is_baseline(&s));
+    scenario_free(&s);
+    refused("\"window_s\": 4", "\"window_s\": 4, \"replicas\": 2", "\"replicas\": 2 servers need a \"proxy\"");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"replicas\": 9", "\"replicas\" must be a whole number");
+    refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"proxy\": [\"least_conn; return 200\"]",
+            "remedy: \"proxy\"[0]: one nginx directive");
+    refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"proxy\": [\"location / { }\"]",
+            "remedy: \"proxy\"[0]: one nginx directive");
+    refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"proxy\": \"least_conn\"",
+            "remedy: \"proxy\" must be an array of strings");
+}
+
 static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
     scenario_t a, b;
     char err[256], doc[4096];
@@ -134,6 +174,7 @@ static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
         {"\"window_s\": 4", "\"window_s\": 4, \"settle_s\": 1"},
         {"\"window_s\": 4", "\"window_s\": 4, \"expected_inflight\": 3"},
         {"\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\""},
+        {"\"load\": [\"--max-concurrency\", \"8\"]}", "\"load\": [\"--max-concurrency\", \"8\"], \"proxy\": []}"},
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         const char *at = strstr(MINIMAL, edits[i][0]);
@@ -220,6 +261,7 @@ int main(void) {
     RUN(test_refusals_name_the_field);
     RUN(test_golden_watch_and_warmup);
     RUN(test_committed_scenarios_parse);
+    RUN(test_proxy_replicas_and_remedy_as_baseline);
     RUN(test_same_baseline_is_every_field_of_the_baseline_phase);
     RUN(test_alert_rules_shortened_for_a_short_run);
     return test_summary();
