@@ -29,6 +29,8 @@ typedef struct {
     scn_args_t load;    /* `servelab bench serve` flags (base URL and model are the runner's) */
     scn_args_t warmup;  /* `servelab bench serve` flags of a run that ends before the load starts
                          * (empty: none): warm-up requests before taking traffic */
+    char *model;        /* NULL, or a model directory served in the scenario's model's place
+                         * under its name (a release that swapped the checkpoint) */
     bool proxied;       /* a real nginx in front: the load goes through it */
     scn_args_t proxy;   /* nginx directives for its `location /` (one simple directive each, no
                          * ';' or braces); limit_req_zone and limit_conn_zone go to `http` */
@@ -49,6 +51,9 @@ typedef struct {
     char *where;        /* where an operator sees it (a series, a log line) */
     double window_s, settle_s; /* diagnose's window; load before it starts */
     int expected_inflight; /* 0, or the requests the clients hold (diagnose --expected-inflight) */
+    int n_make;         /* "make_models": how a model a setup names is made when it is missing */
+    char **make_dir;    /* the model directories */
+    scn_args_t *make_cmd; /* their commands: a program under tools/ and its arguments */
     int replicas;       /* servers behind the proxy (1 without one); faults and diagnose act on the
                          * first (its metrics are the scenario's), the others stay healthy */
     bool watch_boot;    /* "watch": "boot": faults are set at boot (--fault), and diagnose watches

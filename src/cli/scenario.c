@@ -139,7 +139,8 @@ static void print_args(FILE *f, const char *lead, const scn_args_t *a) {
 }
 
 static void print_setup(FILE *f, const char *what, const char *model, const scn_setup_t *s) {
-    fprintf(f, "  %-9s servelab serve %s", what, model);
+    fprintf(f, "  %-9s servelab serve %s", what, s->model ? s->model : model);
+    if (s->model) fputs(" --served-model-name ", f), print_shell_word(f, model);
     print_args(f, "", &s->server);
     for (int i = 0; i < s->faults.n; i++) fputs(" --fault ", f), print_shell_word(f, s->faults.v[i]);
     if (s->proxied) {
@@ -160,6 +161,11 @@ static void show(const scenario_t *s) {
     if (s->remedy_text) print_setup(stdout, "remedy", s->model, &s->remedy);
     if (s->golden)
         printf("  golden:   %s (the baseline records their answers; every phase replays them)\n", s->golden);
+    for (int i = 0; i < s->n_make; i++) {
+        printf("  model:    %s, when missing, from", s->make_dir[i]);
+        print_args(stdout, "", &s->make_cmd[i]);
+        printf("\n");
+    }
     if (s->measure) printf("  symptom:  %s %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down", s->where);
     printf("  expected: servelab diagnose names %s\n", s->expect);
     if (s->remedy_text) printf("  remedy:   %s\n", s->remedy_text);
@@ -714,9 +720,11 @@ static int start_server(const scenario_t *s, const char *name, const scn_setup_t
      * through it once the load flows, so the incident happens under load, as a real one does,
      * not before the clients start. */
     argv_t srv = {0};
-    const char *head[] = {self_exe, "serve", s->model, "--host", "127.0.0.1", "--port", port_s,
-                          "--enable-fault-injection", "--admin-key", admin_key};
+    const char *head[] = {self_exe, "serve", setup->model ? setup->model : s->model, "--host", "127.0.0.1",
+                          "--port", port_s, "--enable-fault-injection", "--admin-key", admin_key};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&srv, head[i]);
+    if (setup->model) /* another checkpoint under the same name: clients and golden prompts unchanged */
+        argv_add(&srv, "--served-model-name"), argv_add(&srv, s->model);
     argv_add_all(&srv, &setup->server);
     if (s->watch_boot && replica == 0) /* the faults act from boot, as --fault sets them */
         for (int i = 0; i < setup->faults.n; i++) argv_add(&srv, "--fault"), argv_add(&srv, setup->faults.v[i]);
@@ -1010,10 +1018,43 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
  * measurement when that is given (another scenario's, named shared_of, with the same baseline
  * phase: scenario_same_baseline), else measured here; either way it is left in *base for the
  * scenarios after it (the caller frees base->cause). */
+/* Makes each model a setup of s serves that is missing (no config.json) with its "make_models"
+ * command, run from the repository's root; 0, or -1 with err. */
+static int make_models(const scenario_t *s, bool remedy, const char *tmp, char *err, size_t cap) {
+    const char *dirs[] = {s->incident.model, remedy ? s->remedy.model : NULL};
+    for (int k = 0; k < 2; k++) {
+        char config[4200];
+        if (!dirs[k]) continue;
+        snprintf(config, sizeof config, "%s/config.json", dirs[k]);
+        if (access(config, F_OK) == 0) continue;
+        int i = 0;
+        while (i < s->n_make && strcmp(s->make_dir[i], dirs[k])) i++;
+        if (i == s->n_make) {
+            snprintf(err, cap, "the model %s is missing and \"make_models\" does not say how to make it", dirs[k]);
+            return -1;
+        }
+        char out[512], what[1024];
+        snprintf(out, sizeof out, "%s/%.64s-make-model-%d.log", tmp, s->name, k);
+        snprintf(what, sizeof what, "making %.200s with %.200s (once; its log: %s)", dirs[k], s->make_cmd[i].v[0], out);
+        progress(s, "setup", what);
+        argv_t a = {0};
+        argv_add_all(&a, &s->make_cmd[i]);
+        const int rc = run_to_end(a.v, out);
+        argv_free(&a);
+        if (rc || access(config, F_OK)) {
+            snprintf(err, cap, "making the model %s failed (its log: %s)", dirs[k], out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const prom_cfg_t *prom, const phase_t *shared,
                     const char *shared_of, phase_t *base, cJSON *json_out) {
     result_t r = {0};
-    if (shared) {
+    if (make_models(s, remedy, tmp, r.base.err, sizeof r.base.err)) {
+        shared = NULL; /* nothing runs: reported as the baseline's failure */
+    } else if (shared) {
         char what[160];
         snprintf(what, sizeof what, "the same as %.64s's: its measurement serves", shared_of);
         progress(s, "baseline", what);

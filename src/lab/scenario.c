@@ -72,12 +72,8 @@ static void args_copy(scn_args_t *dst, const scn_args_t *src) {
     for (int i = 0; i < src->n; i++) dst->v[i] = sl_strdup(src->v[i]);
 }
 
-/* An array of non-empty strings into *a; absent: *present false. */
-static int get_args(const cJSON *o, const char *key, scn_args_t *a, bool *present, const char *where, char *err,
-                    size_t cap) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    *present = v != NULL;
-    if (!v) return 0;
+/* v, the value of `key`, an array of non-empty strings, into *a. */
+static int args_from(const cJSON *v, const char *key, scn_args_t *a, const char *where, char *err, size_t cap) {
     if (!cJSON_IsArray(v)) return fail(err, cap, "%s\"%s\" must be an array of strings", where, key);
     int n = cJSON_GetArraySize(v);
     if (n > 256) return fail(err, cap, "%s\"%s\" has %d entries (at most 256)", where, key, n);
@@ -90,6 +86,14 @@ static int get_args(const cJSON *o, const char *key, scn_args_t *a, bool *presen
     return 0;
 }
 
+/* An array of non-empty strings into *a; absent: *present false. */
+static int get_args(const cJSON *o, const char *key, scn_args_t *a, bool *present, const char *where, char *err,
+                    size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *present = v != NULL;
+    return v ? args_from(v, key, a, where, err, cap) : 0;
+}
+
 /* One setup; the parts it leaves out come from `inherit` (NULL: empty). */
 static int get_setup(const cJSON *root, const char *key, bool required, scn_setup_t *s, const scn_setup_t *inherit,
                      char **text, char *err, size_t cap) {
@@ -99,11 +103,16 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
     snprintf(where, sizeof where, "%s: ", key);
     if (!o && required) return fail(err, cap, "\"%s\" is required", key);
     if (o && !cJSON_IsObject(o)) return fail(err, cap, "\"%s\" must be an object", key);
-    static const char *const keys[] = {"server", "faults", "load", "warmup", "proxy", "text", NULL};
+    static const char *const keys[] = {"server", "faults", "load", "warmup", "proxy", "model", "text", NULL};
     const char *bad;
     if (o && !only_keys(o, keys, &bad))
-        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup, proxy%s)", where,
-                    shown(bad, (char[64]){0}, 64), text ? ", text" : "");
+        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup, proxy, model%s)",
+                    where, shown(bad, (char[64]){0}, 64), text ? ", text" : "");
+    if (o && get_str(o, "model", false, &s->model, where, err, cap)) return -1;
+    if (s->model && !inherit)
+        return fail(err, cap, "%s\"model\" belongs to the incident or the remedy (the scenario's \"model\" is the "
+                    "baseline's)", where);
+    if (!s->model && inherit && inherit->model) s->model = sl_strdup(inherit->model);
     if (o && !text && cJSON_GetObjectItemCaseSensitive(o, "text"))
         return fail(err, cap, "%s\"text\" belongs to the remedy", where);
     struct { const char *k; scn_args_t *dst; const scn_args_t *from; } parts[] = {
@@ -149,10 +158,34 @@ static int get_watch(const cJSON *root, bool *boot, char *err, size_t cap) {
     return 0;
 }
 
+/* "make_models": {"DIR": ["tools/PROGRAM", "ARG", ...], ...}: how a model the scenario serves is
+ * made when DIR has no config.json. The program must be one of the repository's tools. */
+static int get_make_models(const cJSON *root, scenario_t *s, char *err, size_t cap) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "make_models");
+    if (!o) return 0;
+    if (!cJSON_IsObject(o)) return fail(err, cap, "\"make_models\" must be an object {\"DIR\": [\"tools/...\", ...]}");
+    const int n = cJSON_GetArraySize(o);
+    if (n > 16) return fail(err, cap, "\"make_models\" has %d entries (at most 16)", n);
+    s->make_dir = sl_calloc((size_t)(n ? n : 1), sizeof *s->make_dir);
+    s->make_cmd = sl_calloc((size_t)(n ? n : 1), sizeof *s->make_cmd);
+    for (const cJSON *it = o->child; it; it = it->next) {
+        if (!it->string[0]) return fail(err, cap, "make_models: a model directory must be non-empty");
+        s->make_dir[s->n_make] = sl_strdup(it->string);
+        scn_args_t *cmd = &s->make_cmd[s->n_make++];
+        char dir[64], where[96];
+        shown(it->string, dir, sizeof dir);
+        if (args_from(it, dir, cmd, "make_models: ", err, cap)) return -1;
+        snprintf(where, sizeof where, "make_models: \"%s\": ", dir);
+        if (!cmd->n || strncmp(cmd->v[0], "tools/", 6) || strstr(cmd->v[0], ".."))
+            return fail(err, cap, "%sthe command must start with one of the repository's tools (\"tools/NAME\")", where);
+    }
+    return 0;
+}
+
 static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
                                        "incident", "remedy", "symptom", "expect", "window_s", "settle_s", "golden",
-                                       "watch", "expected_inflight", "replicas", NULL};
+                                       "watch", "expected_inflight", "replicas", "make_models", NULL};
     const char *bad;
     if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
     if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
@@ -180,6 +213,7 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
                       replicas->valuedouble == floor(replicas->valuedouble)))
         return fail(err, cap, "\"replicas\" must be a whole number of servers in [1, 8]");
     s->replicas = replicas ? (int)replicas->valuedouble : 1;
+    if (get_make_models(root, s, err, cap)) return -1;
     if (s->replicas > 1 && !(s->baseline.proxied && s->incident.proxied && s->remedy.proxied))
         return fail(err, cap, "\"replicas\": %d servers need a \"proxy\" in front of them (the baseline's, "
                     "which the other setups inherit)", s->replicas);
@@ -251,6 +285,7 @@ static void setup_free(scn_setup_t *s) {
     args_free(&s->load);
     args_free(&s->warmup);
     args_free(&s->proxy);
+    free(s->model);
 }
 
 void scenario_free(scenario_t *s) {
@@ -262,6 +297,9 @@ void scenario_free(scenario_t *s) {
     free(s->model);
     free(s->imitation);
     free(s->golden);
+    for (int i = 0; i < s->n_make; i++) free(s->make_dir[i]), args_free(&s->make_cmd[i]);
+    free(s->make_dir);
+    free(s->make_cmd);
     setup_free(&s->baseline);
     setup_free(&s->incident);
     setup_free(&s->remedy);
@@ -282,7 +320,7 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
 }
 
 static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
-    return same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
+    return same_str(x->model, y->model) && same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
            same_args(&x->warmup, &y->warmup) && x->proxied == y->proxied && same_args(&x->proxy, &y->proxy);
 }
 

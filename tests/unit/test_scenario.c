@@ -152,6 +152,34 @@ static void test_proxy_replicas_and_remedy_as_baseline(void) {
             "remedy: \"proxy\" must be an array of strings");
 }
 
+/* A setup serving another checkpoint under the scenario's model name, and how it is made. */
+static void test_model_swap_and_make_models(void) {
+    const char *doc =
+        "{\"title\": \"t\", \"seed\": \"000\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"models/a\","
+        " \"make_models\": {\"models/a-q\": [\"tools/quantize-awq\", \"models/a\", \"--out\", \"models/a-q\"]},"
+        " \"baseline\": {\"load\": [\"--max-concurrency\", \"2\"]}, \"incident\": {\"model\": \"models/a-q\"},"
+        " \"remedy\": {\"text\": \"back off\"}, \"expect\": \"output_regression\","
+        " \"symptom\": {\"measure\": \"golden_mismatches\", \"direction\": \"up\", \"where\": \"answers\"}}";
+    scenario_t s;
+    char err[256];
+    CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "q", &s, err, sizeof err), 0);
+    CHECK(s.baseline.model == NULL && s.incident.model && !strcmp(s.incident.model, "models/a-q"));
+    CHECK(s.remedy.model == NULL);            /* the remedy inherits from the baseline */
+    CHECK(scenario_remedy_is_baseline(&s));   /* the checkpoint again */
+    CHECK(s.n_make == 1 && !strcmp(s.make_dir[0], "models/a-q") && s.make_cmd[0].n == 4 &&
+          !strcmp(s.make_cmd[0].v[0], "tools/quantize-awq"));
+    scenario_free(&s);
+    refused("\"load\": [\"--max-concurrency\", \"8\"]}", "\"load\": [\"--max-concurrency\", \"8\"], \"model\": \"m2\"}",
+            "baseline: \"model\" belongs to the incident or the remedy");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"make_models\": {\"m\": [\"/bin/sh\", \"-c\", \"x\"]}",
+            "make_models: \"m\": the command must start with one of the repository's tools");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"make_models\": {\"m\": [\"tools/../x\"]}",
+            "the command must start with one of the repository's tools");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"make_models\": {\"m\": \"tools/x\"}",
+            "make_models: \"m\" must be an array of strings");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"make_models\": [\"tools/x\"]", "\"make_models\" must be an object");
+}
+
 static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
     scenario_t a, b;
     char err[256], doc[4096];
@@ -262,6 +290,7 @@ int main(void) {
     RUN(test_golden_watch_and_warmup);
     RUN(test_committed_scenarios_parse);
     RUN(test_proxy_replicas_and_remedy_as_baseline);
+    RUN(test_model_swap_and_make_models);
     RUN(test_same_baseline_is_every_field_of_the_baseline_phase);
     RUN(test_alert_rules_shortened_for_a_short_run);
     return test_summary();
