@@ -51,6 +51,10 @@ typedef struct {
     char *where;        /* where an operator sees it (a series, a log line) */
     double window_s, settle_s; /* diagnose's window; load before it starts */
     int expected_inflight; /* 0, or the requests the clients hold (diagnose --expected-inflight) */
+    scn_args_t gates;   /* `servelab bench compare` gates (NAME=+P% or NAME=-P%): each phase also
+                         * runs `bench serve` to its end, gate_prompts requests, and the incident
+                         * must break a gate against the baseline, the remedy none (empty: none) */
+    int gate_prompts;   /* the requests of that run (50) */
     int n_make;         /* "make_models": how a model a setup names is made when it is missing */
     char **make_dir;    /* the model directories */
     scn_args_t *make_cmd; /* their commands: a program under tools/ and its arguments */

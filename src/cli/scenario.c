@@ -57,6 +57,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench.h"
 #include "cli.h"
 #include "servelab/core.h"
 #include "servelab/diagnose.h"
@@ -88,6 +89,15 @@ static int load_one(const char *dir, const char *name, scenario_t *s) {
     }
     int rc = scenario_parse(text, len, name, s, err, sizeof err);
     free(text);
+    for (int i = 0; !rc && i < s->gates.n; i++) { /* bench compare's own reading of a gate */
+        bench_gate_t g;
+        sl_err_t gerr;
+        if (bench_gate_parse(s->gates.v[i], &g, &gerr)) {
+            snprintf(err, sizeof err, "\"gates\"[%d]: %.400s", i, gerr.msg);
+            scenario_free(s);
+            rc = -1;
+        }
+    }
     if (rc) fprintf(stderr, "servelab: error: %s: %s\n", path, err);
     return rc;
 }
@@ -167,6 +177,12 @@ static void show(const scenario_t *s) {
         printf("\n");
     }
     if (s->measure) printf("  symptom:  %s %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down", s->where);
+    if (s->gates.n) {
+        printf("  gates:    each phase also runs its load for %d requests (--save-result); the incident must "
+               "break one of", s->gate_prompts);
+        for (int i = 0; i < s->gates.n; i++) printf(" --gate %s", s->gates.v[i]);
+        printf(" against the baseline (servelab bench compare), the remedy none\n");
+    }
     printf("  expected: servelab diagnose names %s\n", s->expect);
     if (s->remedy_text) printf("  remedy:   %s\n", s->remedy_text);
 }
@@ -341,6 +357,7 @@ typedef struct {
     char expect_rule[64]; /* the alert rule whose cause label is the expected cause ("": none) */
     int n_replicas;       /* servers behind the proxy (1 without one) */
     double served[SCN_MAX_REPLICAS]; /* the requests each finished over diagnose's window */
+    char bench_path[512]; /* with gates: the result of the phase's gate run (bench serve --save-result) */
 } phase_t;
 
 static void progress(const scenario_t *s, const char *phase, const char *what) {
@@ -692,6 +709,30 @@ static pid_t spawn_diagnose(const char *base, const char *window, const char *lo
     return rc ? -1 : pid;
 }
 
+/* With gates: one `bench serve` run of the phase's load to its end (gate_prompts requests, the
+ * faults still set), its result saved for the gates (`bench compare`'s input). 0, or -1 with
+ * p->err. */
+static int gate_run(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *load_base,
+                    const char *tmp, phase_t *p) {
+    char n[16], out[512];
+    snprintf(n, sizeof n, "%d", s->gate_prompts);
+    snprintf(p->bench_path, sizeof p->bench_path, "%s/%.64s-%s-bench.json", tmp, s->name, name);
+    snprintf(out, sizeof out, "%s/%.64s-%s-gate.log", tmp, s->name, name);
+    argv_t a = {0};
+    const char *head[] = {self_exe, "bench", "serve", "--base-url", load_base, "--model", s->model};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) argv_add(&a, head[i]);
+    argv_add_all(&a, &setup->load);
+    const char *tail[] = {"--num-prompts", n, "--seed", "1000", "--save-result", "--result-filename", p->bench_path};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) argv_add(&a, tail[i]);
+    char what[96];
+    snprintf(what, sizeof what, "gate run: bench serve, %d requests to their end", s->gate_prompts);
+    progress(s, name, what);
+    const int rc = run_to_end(a.v, out);
+    argv_free(&a);
+    if (rc) snprintf(p->err, sizeof p->err, "the gate run failed (its log: %s)", out);
+    return rc;
+}
+
 /* The processes of one phase: its servers (the first is the scenario's), nginx, Prometheus. */
 typedef struct {
     pid_t server[SCN_MAX_REPLICAS];
@@ -857,6 +898,10 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
     p->n_replicas = n;
     for (int i = 0; i < n; i++) p->served[i] = metric_total(bases[i], "vllm:request_success_total") - served0[i];
     load_stop(&load);
+    if (s->gates.n && ran && gate_run(s, name, setup, load_base, tmp, p)) {
+        stop_all(&ps);
+        return;
+    }
     stop_all(&ps);
     int code = ran && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code != 0 && code != 3) {
@@ -876,20 +921,69 @@ typedef struct {
     bool watched;           /* --prometheus */
     const char *alert_rule; /* the rule whose cause is the expected one (NULL: none has it) */
     bool alerts_ok;         /* the alerts agreed (the header says how) */
+    int broke_incident, broke_remedy; /* with gates: how many the phase broke (-1: not judged) */
+    char broke_incident_list[512], broke_remedy_list[512];
 } result_t;
 
 static double measure(const phase_t *p, const scenario_t *s) {
     return s->measure && p->ok ? p->m.v[diag_measure_index(s->measure)] : NAN;
 }
 
+static cJSON *read_json(const char *path) {
+    size_t len;
+    sl_err_t err;
+    char *text = path[0] ? sl_read_file(path, 16 << 20, &len, &err) : NULL;
+    cJSON *j = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    return j;
+}
+
+/* The gates of s for the result file `now` against `base`, by `bench compare`'s logic
+ * (bench_gate_ok): the broken ones listed in broke ("NAME=+P% (+X%)"); their number, or -1 when
+ * a phase did not run or a file lacks a gated figure. */
+static int gates_broken(const scenario_t *s, const phase_t *base, const phase_t *now, char *broke, size_t cap) {
+    cJSON *b = base->ok ? read_json(base->bench_path) : NULL, *n = now->ok ? read_json(now->bench_path) : NULL;
+    int count = b && n ? 0 : -1;
+    broke[0] = 0;
+    for (int i = 0; count >= 0 && i < s->gates.n; i++) {
+        bench_gate_t g;
+        sl_err_t err;
+        const int parsed = bench_gate_parse(s->gates.v[i], &g, &err);
+        SL_ASSERT(parsed == 0); /* checked when the file was loaded */
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(b, g.key), *y = cJSON_GetObjectItemCaseSensitive(n, g.key);
+        if (!cJSON_IsNumber(x) || !cJSON_IsNumber(y)) {
+            count = -1;
+        } else if (!bench_gate_ok(&g, x->valuedouble, y->valuedouble)) {
+            char one[160];
+            snprintf(one, sizeof one, "%s (%+.0f%%)", s->gates.v[i],
+                     x->valuedouble ? 100 * (y->valuedouble / x->valuedouble - 1) : INFINITY);
+            list_add(broke, cap, one);
+            count++;
+        }
+    }
+    cJSON_Delete(b);
+    cJSON_Delete(n);
+    return count;
+}
+
 static void judge(const scenario_t *s, result_t *r) {
     double b = measure(&r->base, s), i = measure(&r->incident, s);
     r->moved = !s->measure || (isfinite(b) && isfinite(i) && (s->direction > 0 ? i > b : i < b));
     r->matched = r->incident.ok && !strcmp(r->incident.cause, s->expect) && r->moved;
+    r->broke_incident = r->broke_remedy = -1;
+    if (s->gates.n) { /* the release gates must catch the incident */
+        r->broke_incident = gates_broken(s, &r->base, &r->incident, r->broke_incident_list,
+                                         sizeof r->broke_incident_list);
+        r->matched = r->matched && r->broke_incident > 0;
+    }
     if (!r->ran_remedy) return;
     double m = measure(&r->remedy, s);
     bool back = !s->measure || (isfinite(m) && isfinite(i) && (s->direction > 0 ? m < i : m > i));
     r->remedy_helped = r->remedy.ok && strcmp(r->remedy.cause, s->expect) && back;
+    if (s->gates.n) { /* and pass the remedy */
+        r->broke_remedy = gates_broken(s, &r->base, &r->remedy, r->broke_remedy_list, sizeof r->broke_remedy_list);
+        r->remedy_helped = r->remedy_helped && r->broke_remedy == 0;
+    }
 }
 
 /* The alerts agree with the scenario: the incident fired the expected cause's rule (when one has
@@ -945,6 +1039,17 @@ static void print_result(const scenario_t *s, const result_t *r) {
     if (r->ran_remedy) print_phase(s, "remedy", &r->remedy);
     if (s->measure) printf("  symptom:  %s %s: %s (%s)\n", s->measure, s->direction > 0 ? "up" : "down",
                            r->moved ? "yes" : "NO", s->where);
+    if (s->gates.n) {
+        printf("  gates:    bench compare BASELINE INCIDENT");
+        for (int i = 0; i < s->gates.n; i++) printf(" --gate %s", s->gates.v[i]);
+        printf("\n            incident: %s", r->broke_incident < 0 ? "not judged (a gate run is missing)"
+                                              : r->broke_incident ? "broke " : "all held (NOT CAUGHT)");
+        if (r->broke_incident > 0) printf("%s", r->broke_incident_list);
+        if (r->ran_remedy)
+            printf("; remedy: %s%s", r->broke_remedy < 0 ? "not judged" : r->broke_remedy ? "broke " : "all held",
+                   r->broke_remedy > 0 ? r->broke_remedy_list : "");
+        printf("\n");
+    }
     printf("  expected: %s, found: %s: %s\n", s->expect, r->incident.ok ? r->incident.cause : "-",
            r->matched ? "MATCH" : "MISMATCH");
     if (s->remedy_text) printf("  remedy:   %s", s->remedy_text);
@@ -1006,6 +1111,23 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
     if (r->ran_remedy) {
         cJSON_AddItemToObject(o, "remedy", phase_json(s, &r->remedy));
         cJSON_AddBoolToObject(o, "remedy_helped", r->remedy_helped);
+    }
+    if (s->gates.n) {
+        cJSON *g = cJSON_AddObjectToObject(o, "gates_broken");
+        const char *lists[] = {r->broke_incident_list, r->broke_remedy_list};
+        const int counts[] = {r->broke_incident, r->broke_remedy};
+        for (int k = 0; k < (r->ran_remedy ? 2 : 1); k++) {
+            cJSON *arr = counts[k] < 0 ? cJSON_CreateNull() : cJSON_CreateArray();
+            for (const char *at = lists[k]; counts[k] > 0 && *at;) { /* "NAME=+P% (+X%), ..." */
+                while (*at == ',' || *at == ' ') at++;
+                const int len = (int)strcspn(at, ",");
+                char one[160];
+                snprintf(one, sizeof one, "%.*s", len, at);
+                if (len) cJSON_AddItemToArray(arr, cJSON_CreateString(one));
+                at += len;
+            }
+            cJSON_AddItemToObject(g, k ? "remedy" : "incident", arr);
+        }
     }
     if (r->watched) {
         cJSON_AddItemToObject(o, "alert_rule", r->alert_rule ? cJSON_CreateString(r->alert_rule) : cJSON_CreateNull());

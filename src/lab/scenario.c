@@ -185,7 +185,8 @@ static int get_make_models(const cJSON *root, scenario_t *s, char *err, size_t c
 static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     static const char *const keys[] = {"title", "seed", "section", "quote", "model", "imitation", "baseline",
                                        "incident", "remedy", "symptom", "expect", "window_s", "settle_s", "golden",
-                                       "watch", "expected_inflight", "replicas", "make_models", NULL};
+                                       "watch", "expected_inflight", "replicas", "make_models", "gates",
+                                       "gate_prompts", NULL};
     const char *bad;
     if (!only_keys(root, keys, &bad)) return fail(err, cap, "unknown key \"%s\"", shown(bad, (char[64]){0}, 64));
     if (get_str(root, "title", true, &s->title, "", err, cap) || get_str(root, "seed", true, &s->seed, "", err, cap) ||
@@ -214,6 +215,14 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
         return fail(err, cap, "\"replicas\" must be a whole number of servers in [1, 8]");
     s->replicas = replicas ? (int)replicas->valuedouble : 1;
     if (get_make_models(root, s, err, cap)) return -1;
+    bool gated;
+    if (get_args(root, "gates", &s->gates, &gated, "", err, cap)) return -1;
+    const cJSON *gp = cJSON_GetObjectItemCaseSensitive(root, "gate_prompts");
+    if (gp && !(cJSON_IsNumber(gp) && gp->valuedouble >= 1 && gp->valuedouble <= 100000 &&
+                gp->valuedouble == floor(gp->valuedouble)))
+        return fail(err, cap, "\"gate_prompts\" must be a whole number of requests in [1, 100000]");
+    if (gp && !s->gates.n) return fail(err, cap, "\"gate_prompts\" needs \"gates\"");
+    s->gate_prompts = gp ? (int)gp->valuedouble : 50;
     if (s->replicas > 1 && !(s->baseline.proxied && s->incident.proxied && s->remedy.proxied))
         return fail(err, cap, "\"replicas\": %d servers need a \"proxy\" in front of them (the baseline's, "
                     "which the other setups inherit)", s->replicas);
@@ -297,6 +306,7 @@ void scenario_free(scenario_t *s) {
     free(s->model);
     free(s->imitation);
     free(s->golden);
+    args_free(&s->gates);
     for (int i = 0; i < s->n_make; i++) free(s->make_dir[i]), args_free(&s->make_cmd[i]);
     free(s->make_dir);
     free(s->make_cmd);
@@ -327,7 +337,8 @@ static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
 bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
     return same_str(a->model, b->model) && same_str(a->golden, b->golden) && a->watch_boot == b->watch_boot &&
            a->window_s == b->window_s && a->settle_s == b->settle_s && a->expected_inflight == b->expected_inflight &&
-           a->replicas == b->replicas && same_setup(&a->baseline, &b->baseline);
+           a->replicas == b->replicas && same_args(&a->gates, &b->gates) && a->gate_prompts == b->gate_prompts &&
+           same_setup(&a->baseline, &b->baseline);
 }
 
 bool scenario_remedy_is_baseline(const scenario_t *s) {

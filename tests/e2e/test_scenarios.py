@@ -65,11 +65,14 @@ def main():
         no_proxy["replicas"] = 2
         for phase in ("baseline", "incident", "remedy"):
             no_proxy[phase].pop("proxy", None)
-        for bad, field in ((two_directives, 'baseline: "proxy"[0]'), (no_proxy, '"replicas"')):
+        bad_gate = copy.deepcopy(good)
+        bad_gate["gates"] = ["ttft_median=+50%", "speed=+5"]
+        for bad, field in ((two_directives, 'baseline: "proxy"[0]'), (no_proxy, '"replicas"'),
+                           (bad_gate, '"gates"[1]')):
             with open(os.path.join(d, "broken.json"), "w") as f:
                 json.dump(bad, f)
             p = run("list", "--dir", d)
-            check(f"a bad proxy setting exits 2 with one line naming {field}",
+            check(f"a bad setting exits 2 with one line naming {field}",
                   p.returncode == 2 and p.stderr.count("\n") == 1 and field in p.stderr, p.stderr)
     p = run("show", "unhealthy_replica")
     check("show: the replicas and the nginx directives of each setup",
@@ -100,6 +103,10 @@ def main():
             a, b = r["remedy"]["served"]
             check(f"unhealthy_replica: least_conn routed around the slow replica ({a:.0f} / {b:.0f})",
                   4 * a < b, r["remedy"])
+        if "gates_broken" in r:
+            broke = r["gates_broken"]
+            check(f"{r['name']}: the incident broke a release gate ({broke.get('incident')}), the remedy none",
+                  broke.get("incident") and broke.get("remedy") == [], broke)
         if r["expected"] == "healthy":
             check("healthy: the baseline and the incident raise nothing",
                   r["baseline"].get("cause") == "healthy" and inc.get("cause") == "healthy" and not inc.get("ranked"),

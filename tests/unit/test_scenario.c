@@ -180,6 +180,23 @@ static void test_model_swap_and_make_models(void) {
     refused("\"window_s\": 4", "\"window_s\": 4, \"make_models\": [\"tools/x\"]", "\"make_models\" must be an object");
 }
 
+/* Release gates: bench compare's limits, and the size of the run they judge. */
+static void test_gates(void) {
+    scenario_t s;
+    char err[256], doc[4096];
+    const char *at = strstr(MINIMAL, "\"window_s\": 4");
+    SL_ASSERT(at);
+    snprintf(doc, sizeof doc, "%.*s\"window_s\": 4, \"gates\": [\"ttft_median=+50%%\", \"throughput=-20%%\"]}",
+             (int)(at - MINIMAL), MINIMAL);
+    CHECK_EQ_INT(scenario_parse(doc, strlen(doc), "g", &s, err, sizeof err), 0);
+    CHECK(s.gates.n == 2 && !strcmp(s.gates.v[1], "throughput=-20%") && s.gate_prompts == 50);
+    scenario_free(&s);
+    refused("\"window_s\": 4", "\"window_s\": 4, \"gate_prompts\": 10", "\"gate_prompts\" needs \"gates\"");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"gates\": [\"x=+1%\"], \"gate_prompts\": 0",
+            "\"gate_prompts\" must be a whole number");
+    refused("\"window_s\": 4", "\"window_s\": 4, \"gates\": \"ttft_median=+50%\"", "\"gates\" must be an array");
+}
+
 static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
     scenario_t a, b;
     char err[256], doc[4096];
@@ -291,6 +308,7 @@ int main(void) {
     RUN(test_committed_scenarios_parse);
     RUN(test_proxy_replicas_and_remedy_as_baseline);
     RUN(test_model_swap_and_make_models);
+    RUN(test_gates);
     RUN(test_same_baseline_is_every_field_of_the_baseline_phase);
     RUN(test_alert_rules_shortened_for_a_short_run);
     return test_summary();
