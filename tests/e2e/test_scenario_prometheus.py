@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""`servelab scenario run --prometheus` (docs/lab.md, "Scenarios"): the queueing scenario with its
-remedy, each phase watched by a real Prometheus (the Debian package) evaluating the committed
-alert rules with windows of seconds. The incident fires VLLMQueueing, which its baseline did not;
-every alert new in the incident names a cause the diagnoser found too; the remedy does not fire
-VLLMQueueing; the JSON carries each phase's alerts. Then the refusal when no prometheus binary is
-on PATH. Prints one line per check and "N passed, N failed".
+"""`servelab scenario run --prometheus` (docs/lab.md, "Scenarios"): three scenarios with their
+remedies (queueing, the KV pool too small, a hung engine), each phase watched by a real Prometheus
+(the Debian package) evaluating the committed alert rules with windows of seconds. Each incident
+fires its cause's rule (VLLMQueueing, VLLMKVCachePressure, VLLMEngineStalled), which its baseline
+did not; every alert new in the incident names a cause the diagnoser found too; the remedy does
+not fire the rule; the JSON carries each phase's alerts. Then the refusal when no prometheus
+binary is on PATH. Prints one line per check and "N passed, N failed".
 """
 import argparse
 import json
@@ -24,25 +25,25 @@ def main():
         results.append(bool(cond))
         print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)}", flush=True)
 
-    p = subprocess.run([args.servelab, "scenario", "run", "queueing", "--remedy", "--prometheus", "--json"],
-                       cwd=args.root, capture_output=True, text=True, timeout=600)
+    rules = {"queueing": "VLLMQueueing", "kv_pool_too_small": "VLLMKVCachePressure", "engine_hung": "VLLMEngineStalled"}
+    p = subprocess.run([args.servelab, "scenario", "run", *rules, "--remedy", "--prometheus", "--json"],
+                       cwd=args.root, capture_output=True, text=True, timeout=900)
     try:
-        r = json.loads(p.stdout)[0]
-    except (ValueError, IndexError):
-        r = {}
-    check(f"run queueing --remedy --prometheus: one JSON result (exit {p.returncode})", r.get("name") == "queueing",
-          p.stdout[-500:] + p.stderr[-2000:])
-    if not r:
-        return 1
-    base, inc, rem = r["baseline"], r["incident"], r["remedy"]
-    check("the diagnosis matched and the remedy helped", r["matched"] and r["remedy_helped"], r)
-    check(f"the incident fired VLLMQueueing (alerts {inc.get('alerts')}), the baseline did not ({base.get('alerts')})",
-          r.get("alert_rule") == "VLLMQueueing" and "VLLMQueueing" in inc.get("alerts", []) and
-          "VLLMQueueing" not in base.get("alerts", ["VLLMQueueing"]), r)
-    check(f"the remedy did not fire VLLMQueueing ({rem.get('alerts')})",
-          "VLLMQueueing" not in rem.get("alerts", ["VLLMQueueing"]), r)
-    check("the alerts agree with the diagnosis, and the exit status says so",
-          r.get("alerts_agree") is True and p.returncode == 0, r)
+        report = json.loads(p.stdout)
+    except ValueError:
+        report = []
+    check(f"run {' '.join(rules)} --remedy --prometheus: a JSON result each (exit {p.returncode})",
+          [r.get("name") for r in report] == list(rules), p.stdout[-500:] + p.stderr[-2000:])
+    for r in report:
+        name, rule = r["name"], rules.get(r["name"])
+        base, inc, rem = r["baseline"], r["incident"], r["remedy"]
+        check(f"{name}: the diagnosis matched and the remedy helped", r["matched"] and r["remedy_helped"], r)
+        check(f"{name}: the incident fired {rule} (alerts {inc.get('alerts')}), the baseline did not "
+              f"({base.get('alerts')})", r.get("alert_rule") == rule and rule in inc.get("alerts", []) and
+              rule not in base.get("alerts", [rule]), r)
+        check(f"{name}: the remedy did not fire {rule} ({rem.get('alerts')})", rule not in rem.get("alerts", [rule]), r)
+        check(f"{name}: the alerts agree with the diagnosis", r.get("alerts_agree") is True, r)
+    check("the exit status says they all agreed", p.returncode == 0, p.returncode)
 
     env = dict(os.environ, PATH="/nonexistent")
     p = subprocess.run([os.path.abspath(args.servelab), "scenario", "run", "queueing", "--prometheus"],
