@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define SCN_MAX_REPLICAS 8 /* the most servers a scenario puts behind its proxy ("replicas") */
+
 typedef struct {
     char **v;
     int n;

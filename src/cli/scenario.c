@@ -72,7 +72,6 @@ static const char *scn_usage = "usage: servelab scenario list [--dir DIR]\n"
                                "[--dir DIR]\n";
 
 #define SCN_DEFAULT_DIR "lab/scenarios"
-#define SCN_MAX_REPLICAS 8 /* scenario.c's bound on "replicas" */
 
 /* ---- scenario files --------------------------------------------------------------- */
 
@@ -622,7 +621,8 @@ static void put_directives(FILE *f, const scn_args_t *a, char block, const char 
 /* Starts nginx in its own directory under tmp, proxying to the servers on ports[0..n) as one
  * upstream (SSE unbuffered, upstream keep-alive), with the setup's directives; its access log
  * names the replica that served each request. One process (master_process off), so it runs as
- * the invoking user, root or not, with every path in its directory. 0 once it answers /health, or -1 with err. */
+ * the invoking user, root or not, with every path in its directory. 0 once it answers /health,
+ * or -1 with err. */
 static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t *setup, const int *ports, int n,
                        const char *tmp, proxy_t *px, char *err, size_t cap) {
     char exe[4096], conf[640], log[640];
@@ -655,8 +655,9 @@ static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t
     for (int i = 0; i < n; i++) fprintf(f, "        server 127.0.0.1:%d;\n", ports[i]);
     fprintf(f, "        keepalive 64;\n    }\n    server {\n        listen 127.0.0.1:%d;\n", port);
     for (int api = 0; api < 2; api++) {
-        fprintf(f, "        location %s {\n            proxy_pass http://servelab;\n            proxy_http_version 1.1;\n"
-                   "            proxy_set_header Connection \"\";\n            proxy_buffering off;\n"
+        fprintf(f, "        location %s {\n            proxy_pass http://servelab;\n"
+                   "            proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n"
+                   "            proxy_buffering off;\n"
                    "            proxy_read_timeout 600s;\n",
                 api ? "/v1/" : "/");
         if (api) put_directives(f, &setup->proxy, 'l', "            ");
@@ -747,13 +748,13 @@ static void stop_all(procs_t *ps) {
     stop_process(ps->prom.pid, 10);
 }
 
-/* Starts servelab serve on a free port with the setup's flags (the first server also with the
- * admin API's key, and with the faults when they act from boot); 0 once /health answers, or
- * -1 with p->err. */
+/* Starts servelab serve on a free port (*port, its URL in base) with the setup's flags (the first
+ * server also with the faults when they act from boot); 0 once /health answers, or -1 with
+ * p->err. */
 static int start_server(const scenario_t *s, const char *name, const scn_setup_t *setup, int replica,
-                        const char *admin_key, const char *log, procs_t *ps, char *base, size_t base_cap,
-                        phase_t *p) {
-    const int port = free_port();
+                        const char *admin_key, const char *log, procs_t *ps, int *port_out, char *base,
+                        size_t base_cap, phase_t *p) {
+    const int port = *port_out = free_port();
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%d", port);
     snprintf(base, base_cap, "http://127.0.0.1:%d", port);
@@ -808,11 +809,11 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
     for (int i = 0; i < n; i++) {
         char rlog[512];
         snprintf(rlog, sizeof rlog, "%s/%.64s-%s-serve-%d.log", tmp, s->name, name, i + 1);
-        if (start_server(s, name, setup, i, admin_key, i ? rlog : log, &ps, bases[i], sizeof bases[i], p)) {
+        if (start_server(s, name, setup, i, admin_key, i ? rlog : log, &ps, &ports[i], bases[i], sizeof bases[i],
+                         p)) {
             stop_all(&ps);
             return;
         }
-        ports[i] = atoi(strrchr(bases[i], ':') + 1);
     }
     snprintf(base, sizeof base, "%s", bases[0]);
     const char *load_base = base; /* where the clients connect: the proxy when there is one */

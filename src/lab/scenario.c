@@ -177,7 +177,8 @@ static int get_make_models(const cJSON *root, scenario_t *s, char *err, size_t c
         if (args_from(it, dir, cmd, "make_models: ", err, cap)) return -1;
         snprintf(where, sizeof where, "make_models: \"%s\": ", dir);
         if (!cmd->n || strncmp(cmd->v[0], "tools/", 6) || strstr(cmd->v[0], ".."))
-            return fail(err, cap, "%sthe command must start with one of the repository's tools (\"tools/NAME\")", where);
+            return fail(err, cap, "%sthe command must start with one of the repository's tools (\"tools/NAME\")",
+                        where);
     }
     return 0;
 }
@@ -210,9 +211,9 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
         return fail(err, cap, "\"expected_inflight\" must be a whole number of requests in [1, 100000]");
     s->expected_inflight = inflight ? (int)inflight->valuedouble : 0;
     const cJSON *replicas = cJSON_GetObjectItemCaseSensitive(root, "replicas");
-    if (replicas && !(cJSON_IsNumber(replicas) && replicas->valuedouble >= 1 && replicas->valuedouble <= 8 &&
-                      replicas->valuedouble == floor(replicas->valuedouble)))
-        return fail(err, cap, "\"replicas\" must be a whole number of servers in [1, 8]");
+    const double nr = cJSON_IsNumber(replicas) ? replicas->valuedouble : 0;
+    if (replicas && !(nr >= 1 && nr <= SCN_MAX_REPLICAS && nr == floor(nr)))
+        return fail(err, cap, "\"replicas\" must be a whole number of servers in [1, %d]", SCN_MAX_REPLICAS);
     s->replicas = replicas ? (int)replicas->valuedouble : 1;
     if (get_make_models(root, s, err, cap)) return -1;
     bool gated;
@@ -330,7 +331,8 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
 }
 
 static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
-    return same_str(x->model, y->model) && same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
+    return same_str(x->model, y->model) && same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) &&
+           same_args(&x->load, &y->load) &&
            same_args(&x->warmup, &y->warmup) && x->proxied == y->proxied && same_args(&x->proxy, &y->proxy);
 }
 
