@@ -3,24 +3,27 @@
  * Token t of sequence s attends to positions 0..positions[t] of s, whose K/V
  * live in the blocks block_tables[s][p / B] at offset p % B. This one loop is
  * prefill, chunked prefill, prefix-cache hits and decode alike.
- * KV cache layout: (n_blocks * B, Hkv, D), slot-major, fp32 or bf16.
+ * KV cache layout: (n_blocks * B, Hkv, D), slot-major, fp32, bf16 or fp8.
  *
  * FlashAttention's order on a CPU (docs/architecture.md, "CPU kernels"): a
  * work item is one KV head of a tile of up to ATTN_QT consecutive tokens of
  * one sequence, with every query head of its group, so each K/V row read
  * from the cache serves tile x group query rows. The item walks its keys in
- * blocks of ATTN_KB, up to the tile's last position; each query row takes the
- * scores of the keys it sees (q . k, scale applied in fp32), an online
- * softmax (running max and sum, the accumulator rescaled when the max moves)
- * and O += P V (attend_block). A tile of many rows first copies the block's K
- * and V rows into contiguous fp32 buffers (widened from a bf16 cache); a few
- * rows (decode) read them in place, with prefetches. Either way a row goes
- * through the same operations in the same order, so a token's output does
- * not depend on the other tokens of its step. Nothing is sized by the
- * context. The vector code is GCC's vector extension, compiled once per ISA
- * level (cpu_isa.h) and chosen at run time, with FMA contraction on for this
- * file (CMakeLists.txt); exp is exp_neg, branch-free so that it vectorizes.
- * A head dim that is not a multiple of 16 takes attend_block_plain, plain loops.
+ * blocks of ATTN_KB, up to the tile's last position. Per block, the K and V
+ * rows are widened once into fp32 scratch (gather_block; K transposed, so
+ * that keys lie along the vector lanes), then the query rows go ATTN_R at a
+ * time through a GEMM-style register tile (attend_rows): S = Q K^T, the
+ * online softmax (running max and sum, the accumulator rescaled when the
+ * max moves), O += P V. Prefill and decode alike are matrix products in
+ * registers; decode's few rows make the gather its cost, so the rows ahead
+ * are prefetched (the blocks are scattered). Every output element is one
+ * chain of operations in a fixed order, whatever the other rows of its tile,
+ * so a token's output does not depend on the other tokens of its step.
+ * Nothing is sized by the context. The vector code is GCC's vector
+ * extension on 8 lanes, compiled once per ISA level (cpu_isa.h) and chosen
+ * at run time, with FMA contraction on for this file (CMakeLists.txt); exp
+ * is exp_neg, branch-free so that it vectorizes. Speed: cpu_attn_bench
+ * (docs/benchmarks.md).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -35,9 +38,7 @@
 #define ATTN_MAX_D 512
 #define ATTN_QT 32 /* tokens per tile */
 #define ATTN_KB 64 /* keys per block */
-/* Query rows of a tile from which a block's K/V rows are copied together
- * rather than read in place (attention_item). */
-#define ATTN_GATHER_ROWS 8
+#define ATTN_R 6 /* query rows per register tile (attend_rows) */
 
 /* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
  * argument, 2^n put into the exponent directly. Within 2 ulp of expf; 0 below
@@ -83,317 +84,370 @@ typedef struct {
 } attn_args_t;
 
 static int64_t attn_scratch_floats(int64_t rows, int64_t D) {
-    return 2 * ATTN_KB * D      /* K and V of a block */
-           + rows * (D + 2)     /* accumulators, running max and sum */
-           + ATTN_KB;           /* one row's scores, then weights */
+    int64_t Dp = (D + 15) / 16 * 16;
+    return 2 * ATTN_KB * Dp     /* K (transposed) and V of a block */
+           + rows * (Dp + 2)    /* accumulators, running max and sum */
+           + ATTN_R * ATTN_KB   /* a row tile's scores, then weights */
+           + 8 * D;             /* eight fp8 K rows widened */
 }
 
-/* Row r of the block's contiguous copy: the cache row of key position p. An
- * fp8 cache (--kv-cache-dtype fp8) widens through its 256-entry table (lut),
- * exactly. */
-static inline void gather_row(float *dst, const void *cache, sl_dtype_t dt, const float *lut, int64_t slot,
-                              int64_t Hkv, int64_t g, int64_t D) {
-    size_t off = (size_t)((slot * Hkv + g) * D);
-    if (lut) {
-        const uint8_t *src = (const uint8_t *)cache + off;
-        for (int64_t d = 0; d < D; d++) dst[d] = lut[src[d]];
-    } else if (dt == DTYPE_BF16) {
-        const uint16_t *src = (const uint16_t *)cache + off;
-#pragma omp simd
-        for (int64_t d = 0; d < D; d++) dst[d] = bf16_to_f32(src[d]);
-    } else {
-        memcpy(dst, (const float *)cache + off, (size_t)D * sizeof(float));
-    }
-}
+/* 8 fp32 lanes in GCC's vector extension: one ymm register at avx2 and
+ * avx512, two xmm in the portable build, from the same source. (Wider
+ * generic vectors than the level's registers compile to shuffles through
+ * the stack.) Helpers taking and returning v8 are always inlined into the
+ * per-level functions, so no vector crosses a call (CMakeLists.txt silences
+ * the psABI note for this file). */
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint8_t v8b __attribute__((vector_size(8)));
+#define V8_FN static inline __attribute__((always_inline))
 
-/* 16 fp32 lanes in GCC's vector extension: one zmm register at avx512, two
- * ymm at avx2, four xmm in the portable build, from the same source. */
-typedef float v16 __attribute__((vector_size(64)));
-/* Helpers taking and returning v16 are always inlined into the per-level
- * functions, so no vector crosses a call (CMakeLists.txt silences the psABI
- * note for this file). */
-#define V16_FN static inline __attribute__((always_inline))
-typedef int32_t v16i __attribute__((vector_size(64)));
-
-V16_FN v16 v16_load(const float *p) {
-    v16 v;
+V8_FN v8 v8_load(const float *p) {
+    v8 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-V16_FN v16 v16_select(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & mask) | ((v16i)b & ~mask)); }
-V16_FN float v16_max(v16 v) {
+V8_FN void v8_store(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+V8_FN v8 v8_select(v8i mask, v8 a, v8 b) { return (v8)(((v8i)a & mask) | ((v8i)b & ~mask)); }
+V8_FN float v8_max(v8 v) {
     float m = v[0];
-    for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
+    for (int i = 1; i < 8; i++) m = v[i] > m ? v[i] : m;
     return m;
 }
-/* exp_neg on 16 lanes. */
-V16_FN v16 v16_exp_neg(v16 x) {
-    const v16 lo = (v16){0} - 86.0f;
-    v16i under = x < lo;
-    v16 xc = v16_select(under, lo, x);
-    v16 t = xc * 1.44269504088896341f + 12582912.0f;
-    v16 n = t - 12582912.0f;
-    v16 r = xc - n * 0.693359375f;
+V8_FN float v8_sum(v8 v) { /* one fixed order */
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+/* exp_neg on 8 lanes. */
+V8_FN v8 v8_exp_neg(v8 x) {
+    const v8 lo = (v8){0} - 86.0f;
+    v8i under = x < lo;
+    v8 xc = v8_select(under, lo, x);
+    v8 t = xc * 1.44269504088896341f + 12582912.0f;
+    v8 n = t - 12582912.0f;
+    v8 r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    v16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    v8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    v16i pi = (v16i)p + ((v16i)t - 0x4b400000) * (1 << 23);
-    return (v16)(pi & ~under);
+    v8i pi = (v8i)p + ((v8i)t - 0x4b400000) * (1 << 23);
+    return (v8)(pi & ~under);
 }
 
-/* 16 fp8 codes (one per int32 lane) widened exactly, as fp8_table has them:
+/* 8 fp8 codes (one per int32 lane) widened exactly, as fp8_table has them:
  * the exponent and mantissa moved into an fp32's and rebiased; a subnormal
  * (exponent 0) as m times its unit; E4M3's NaN code (S.1111.111) and E5M2's
  * infinities and NaNs as such. Plain vector statements: a ?: between vectors
  * is lowered lane by lane. */
-typedef uint16_t v16h __attribute__((vector_size(32)));
-typedef uint8_t v16b __attribute__((vector_size(16)));
-V16_FN v16 v16_from_e4m3(v16i b) {
-    v16i sign = (b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
-    v16i normal = sign | ((e + 120) << 23) | (m << 20);
-    v16i sub = (v16i)(__builtin_convertvector(m, v16) * 0x1p-9f) | sign;
-    v16i is_sub = e == 0, nan = (b & 0x7f) == 0x7f; /* one compare: two and-ed ones go lane by lane */
-    v16i out = (is_sub & sub) | (~is_sub & normal);
-    return (v16)((nan & (sign | 0x7fc00000)) | (~nan & out));
+V8_FN v8 v8_from_e4m3(v8i b) {
+    v8i sign = (b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
+    v8i normal = sign | ((e + 120) << 23) | (m << 20);
+    v8i sub = (v8i)(__builtin_convertvector(m, v8) * 0x1p-9f) | sign;
+    v8i is_sub = e == 0, nan = (b & 0x7f) == 0x7f; /* one compare: two and-ed ones go lane by lane */
+    v8i out = (is_sub & sub) | (~is_sub & normal);
+    return (v8)((nan & (sign | 0x7fc00000)) | (~nan & out));
 }
 
-V16_FN v16 v16_from_e5m2(v16i b) {
-    v16i sign = (b & 0x80) << 24, e = (b >> 2) & 31, m = b & 3;
-    v16i normal = sign | ((e + 112) << 23) | (m << 21);
-    v16i sub = (v16i)(__builtin_convertvector(m, v16) * 0x1p-16f) | sign;
-    v16i is_sub = e == 0, special = e == 31;
-    v16i out = (is_sub & sub) | (~is_sub & normal);
-    v16i inf_nan = sign | 0x7f800000 | ((m != 0) & 0x400000); /* m != 0: a quiet NaN */
-    return (v16)((special & inf_nan) | (~special & out));
+V8_FN v8 v8_from_e5m2(v8i b) {
+    v8i sign = (b & 0x80) << 24, e = (b >> 2) & 31, m = b & 3;
+    v8i normal = sign | ((e + 112) << 23) | (m << 21);
+    v8i sub = (v8i)(__builtin_convertvector(m, v8) * 0x1p-16f) | sign;
+    v8i is_sub = e == 0, special = e == 31;
+    v8i out = (is_sub & sub) | (~is_sub & normal);
+    v8i inf_nan = sign | 0x7f800000 | ((m != 0) & 0x400000); /* m != 0: a quiet NaN */
+    return (v8)((special & inf_nan) | (~special & out));
 }
 
-/* A K or V row as 16-lane slices: fp32 as it is, bf16 and fp8 widened
- * (exactly). */
-V16_FN v16 v16_load_kv(const void *row, sl_dtype_t dt, int64_t d0) {
-    if (dt == DTYPE_F32) return v16_load((const float *)row + d0);
-    if (dt == DTYPE_F8_E4M3 || dt == DTYPE_F8_E5M2) {
-        v16b b;
-        memcpy(&b, (const uint8_t *)row + d0, sizeof b);
-        v16i x = __builtin_convertvector(b, v16i);
-        if (dt == DTYPE_F8_E4M3) return v16_from_e4m3(x);
-        return v16_from_e5m2(x);
+/* Elements d0 .. d0 + 7 of a cache row, widened to fp32 exactly. dt is a
+ * constant at each call (gather_block), so the branches fold. */
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+V8_FN v8 load_row8(const uint8_t *row, sl_dtype_t dt, int64_t d0) {
+    if (dt == DTYPE_F32) return v8_load((const float *)row + d0);
+    if (dt == DTYPE_BF16) {
+        v8h h;
+        memcpy(&h, row + 2 * d0, sizeof h);
+        return (v8)(__builtin_convertvector(h, v8u) << 16);
     }
-    v16h h;
-    memcpy(&h, (const uint16_t *)row + d0, sizeof h);
-    return (v16)(__builtin_convertvector(h, v16i) << 16);
+    v8b b;
+    memcpy(&b, row + d0, sizeof b);
+    v8i x = __builtin_convertvector(b, v8i);
+    return dt == DTYPE_F8_E4M3 ? v8_from_e4m3(x) : v8_from_e5m2(x);
 }
 
-/* An fp8 row widened into dst (the gathered block), 16 lanes at a time. */
-V16_FN void gather_fp8_row(float *dst, const void *row, sl_dtype_t dt, int64_t D) {
-    for (int64_t d0 = 0; d0 < D; d0 += 16) {
-        v16 x;
-        if (dt == DTYPE_F8_E4M3) x = v16_load_kv(row, DTYPE_F8_E4M3, d0);
-        else x = v16_load_kv(row, DTYPE_F8_E5M2, d0);
-        memcpy(dst + d0, &x, sizeof x);
-    }
-}
-
-/* Pairs of vectors, each summed by halves: lanes i and i + h of a's keys, then
- * of b's, for a vector of twice as many keys with half as many lanes each. */
-#define FOLD(a, b, lo, hi) (__builtin_shuffle((a), (b), (lo)) + __builtin_shuffle((a), (b), (hi)))
-
-/* The 16 dot products of one query row with 16 keys: p[j] holds key j's
- * products summed by lane (d mod 16); four folds sum the lanes of all 16 at
- * once (lane i with i + 8, then + 4, + 2, + 1) and leave key j in lane j. One
- * fixed order of additions, whatever the keys are, so a row's scores do not
- * depend on how its keys were reached. */
-V16_FN v16 reduce16(v16 p[16]) {
-    const v16i l8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, h8 = l8 + 8;
-    const v16i l4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}, h4 = l4 + 4;
-    const v16i l2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29}, h2 = l2 + 2;
-    const v16i l1 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}, h1 = l1 + 1;
-    v16 r[8], s[4], u[2];
-    for (int k = 0; k < 8; k++) r[k] = FOLD(p[2 * k], p[2 * k + 1], l8, h8);
-    for (int k = 0; k < 4; k++) s[k] = FOLD(r[2 * k], r[2 * k + 1], l4, h4);
-    for (int k = 0; k < 2; k++) u[k] = FOLD(s[2 * k], s[2 * k + 1], l2, h2);
-    return FOLD(u[0], u[1], l1, h1);
-}
-
-/* One query row against one block of keys (krow/vrow: nk rows, then
- * zero rows up to a multiple of 16), updating its running max m, sum l and
- * accumulator o. src_dt is a constant at each call, so the loads fold. Keys
- * go 16 at a time: the 16 dot products advance together over d (16
- * independent FMA chains), then reduce16; P V takes four keys at a time into
- * four accumulators per 16 output lanes, added in a fixed order at the end. */
-static inline __attribute__((always_inline)) void attend_block(const float *qv, const void *const *krow,
-                                                               const void *const *vrow, sl_dtype_t src_dt,
-                                                               int64_t n, int64_t D, float scale, float *w,
-                                                               float *o, float *m_io, float *l_io) {
-    v16 lane;
-    for (int i = 0; i < 16; i++) lane[i] = (float)i;
-    float mx = *m_io;
-    v16 sc[ATTN_KB / 16];
-    for (int64_t c = 0; c < (n + 15) / 16; c++) {
-        v16 part[16];
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) part[k] = (v16){0};
-        for (int64_t d0 = 0; d0 < D; d0 += 16) {
-            v16 qc = v16_load(qv + d0);
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) part[k] += qc * v16_load_kv(krow[16 * c + k], src_dt, d0);
+/* A row of D fp8 values (D a multiple of 8) widened to fp32 exactly. With
+ * F16C (the avx2 and avx512 levels), through half precision: an E5M2 code is
+ * the top byte of the same number's f16, an E4M3 code's exponent and
+ * mantissa sit in an f16's three bits lower with a bias 8 smaller (so times
+ * 2^8 after the conversion, exact; subnormals come out right), its NaN code
+ * (S.1111.111) set apart. One vcvtph2ps for eight values where the portable
+ * form (v8_from_e4m3) takes some twenty operations. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,f16c"))) static void widen_fp8_f16c(float *dst, const uint8_t *src, sl_dtype_t dt,
+                                                                 int64_t D) {
+    for (int64_t d0 = 0; d0 < D; d0 += 8) {
+        v8b b8;
+        memcpy(&b8, src + d0, sizeof b8);
+        v8h b = __builtin_convertvector(b8, v8h);
+        v8h h = dt == DTYPE_F8_E5M2 ? (v8h)(b << 8) : (v8h)(((b & 0x80) << 8) | ((b & 0x7f) << 7));
+        v8 f = (v8)_mm256_cvtph_ps((__m128i)h);
+        if (dt == DTYPE_F8_E4M3) {
+            f *= 256.0f;
+            v8i nan = __builtin_convertvector((b & 0x7f) == 0x7f, v8i);
+            f = (v8)((nan & (((v8i)f & (int32_t)0x80000000) | 0x7fc00000)) | (~nan & (v8i)f));
         }
-        v16i seen = lane + (float)(16 * c) < (float)n;
-        sc[c] = v16_select(seen, reduce16(part) * scale, (v16){0} - INFINITY);
-        float mc = v16_max(sc[c]);
-        mx = mc > mx ? mc : mx;
+        v8_store(dst + d0, f);
     }
-    float sum = 0.0f;
-    for (int64_t c = 0; c < (n + 15) / 16; c++) {
-        v16 e = v16_exp_neg(sc[c] - mx);
-        memcpy(w + 16 * c, &e, sizeof e);
+}
+#endif
+
+V8_FN void widen_fp8_row(float *dst, const uint8_t *src, sl_dtype_t dt, int64_t D, bool f16c) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (f16c) {
+        widen_fp8_f16c(dst, src, dt, D);
+        return;
     }
-    for (int64_t j = 0; j < n; j++) sum += w[j];
-    for (int64_t j = n; j < (n + 3) / 4 * 4; j++) w[j] = 0.0f; /* the last group of four */
-    float cr = exp_neg(*m_io - mx);
-    *l_io = *l_io * cr + sum;
-    *m_io = mx;
-    for (int64_t d0 = 0; d0 < D; d0 += 16) {
-        v16 a0 = (v16){0}, a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t j = 0; j < n; j += 4) {
-            a0 += w[j] * v16_load_kv(vrow[j], src_dt, d0);
-            a1 += w[j + 1] * v16_load_kv(vrow[j + 1], src_dt, d0);
-            a2 += w[j + 2] * v16_load_kv(vrow[j + 2], src_dt, d0);
-            a3 += w[j + 3] * v16_load_kv(vrow[j + 3], src_dt, d0);
+#endif
+    (void)f16c;
+    for (int64_t d0 = 0; d0 < D; d0 += 8) v8_store(dst + d0, load_row8(src, dt, d0));
+}
+
+/* Eight rows of eight lanes transposed in registers (unpack, then shuffle
+ * within 128-bit halves, then swap halves: 24 shuffles for 64 elements). */
+V8_FN void transpose8(v8 r[8]) {
+    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = lo + 2;
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = lo2 + 2;
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = lo4 + 4;
+    v8 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) t[i] = __builtin_shuffle(r[i], r[i + 1], lo), t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+    for (int i = 0; i < 8; i += 4)
+        for (int k = 0; k < 2; k++) {
+            u[i + 2 * k] = __builtin_shuffle(t[i + k], t[i + k + 2], lo2);
+            u[i + 2 * k + 1] = __builtin_shuffle(t[i + k], t[i + k + 2], hi2);
         }
-        v16 ov = v16_load(o + d0) * cr + ((a0 + a1) + (a2 + a3));
-        memcpy(o + d0, &ov, sizeof ov);
+    for (int k = 0; k < 4; k++) r[k] = __builtin_shuffle(u[k], u[k + 4], lo4), r[k + 4] = __builtin_shuffle(u[k], u[k + 4], hi4);
+}
+
+/* The block's keys p0 .. p0 + nk - 1 of KV head g, widened into attend_rows'
+ * layout: K d-major in panels of 16 keys (kt[(j / 16) * D * 16 + d * 16 +
+ * j % 16]), V row by row (vb, stride Dp), zeros for the keys past nk up to
+ * the panel's end. Eight keys at a time, each K row read once and turned
+ * into columns by transpose8; a head dim that is not a multiple of 8 (or an
+ * fp8 one, through the table) goes element by element. */
+V8_FN void gather_block(const attn_args_t *a, sl_dtype_t dt, bool f16c, const int32_t *table, int64_t g,
+                        int64_t p0, int64_t nk, int64_t n_keys, float *kt, float *vb, int64_t Dp, float *kbuf) {
+    const int64_t D = a->D, B = a->B, Hkv = a->Hkv, n16 = (nk + 15) / 16 * 16;
+    const size_t row_bytes = (size_t)D * dtype_size(dt);
+    const uint8_t *krow[8], *vrow[8];
+    static const float zeros[ATTN_MAX_D];
+    for (int64_t j0 = 0; j0 < n16; j0 += 8) {
+        for (int i = 0; i < 8; i++) {
+            int64_t p = p0 + j0 + i, slot = (int64_t)table[p / B] * B + p % B;
+            size_t off = (size_t)(slot * Hkv + g) * row_bytes;
+            bool real = j0 + i < nk;
+            krow[i] = real ? (const uint8_t *)a->kc + off : (const uint8_t *)zeros;
+            vrow[i] = real ? (const uint8_t *)a->vc + off : (const uint8_t *)zeros;
+            /* The rows 16 keys on, so that their lines are on the way: the
+             * hardware prefetcher cannot guess the blocks' order. */
+            int64_t pa = p + 16;
+            if (pa < n_keys) {
+                size_t offa = (size_t)(((int64_t)table[pa / B] * B + pa % B) * Hkv + g) * row_bytes;
+                for (size_t l = 0; l < row_bytes; l += 64) {
+                    __builtin_prefetch((const uint8_t *)a->kc + offa + l);
+                    __builtin_prefetch((const uint8_t *)a->vc + offa + l);
+                }
+            }
+        }
+        float *kp = kt + (j0 / 16) * D * 16 + j0 % 16;
+        if (D % 8 == 0) {
+            sl_dtype_t kdt = dt;
+            if (dtype_is_fp8(dt)) { /* rows widened first (widen_fp8_row), then transposed from there */
+                for (int i = 0; i < 8 && j0 + i < nk; i++) {
+                    widen_fp8_row(kbuf + i * D, krow[i], dt, D, f16c);
+                    widen_fp8_row(vb + (j0 + i) * Dp, vrow[i], dt, D, f16c);
+                    krow[i] = (const uint8_t *)(kbuf + i * D);
+                }
+                kdt = DTYPE_F32;
+            }
+            for (int64_t d0 = 0; d0 < D; d0 += 8) {
+                v8 r[8];
+                for (int i = 0; i < 8; i++) /* zero rows are fp32 */
+                    r[i] = j0 + i < nk ? load_row8(krow[i], kdt, d0) : load_row8(krow[i], DTYPE_F32, d0);
+                transpose8(r);
+                for (int k = 0; k < 8; k++) v8_store(kp + (d0 + k) * 16, r[k]);
+            }
+            if (!dtype_is_fp8(dt))
+                for (int i = 0; i < 8 && j0 + i < nk; i++)
+                    for (int64_t d0 = 0; d0 < D; d0 += 8) v8_store(vb + (j0 + i) * Dp + d0, load_row8(vrow[i], dt, d0));
+        } else {
+            for (int i = 0; i < 8; i++) {
+                bool real = j0 + i < nk;
+                for (int64_t d = 0; d < D; d++) {
+                    float k = 0.0f, v = 0.0f;
+                    if (real && a->fp8_lut) k = a->fp8_lut[krow[i][d]], v = a->fp8_lut[vrow[i][d]];
+                    else if (real && dt == DTYPE_BF16)
+                        k = bf16_to_f32(((const uint16_t *)krow[i])[d]), v = bf16_to_f32(((const uint16_t *)vrow[i])[d]);
+                    else if (real) k = ((const float *)krow[i])[d], v = ((const float *)vrow[i])[d];
+                    kp[d * 16 + i] = k;
+                    if (real) vb[(j0 + i) * Dp + d] = v;
+                }
+            }
+        }
     }
 }
 
-/* attend_block for any D, in plain loops (a head dim that is not a multiple
- * of 16; the item always gathers then, so krow/vrow are fp32). */
-static inline __attribute__((always_inline)) void attend_block_plain(const float *qv, const void *const *krow,
-                                                                     const void *const *vrow, int64_t n, int64_t D,
-                                                                     float scale, float *w, float *o, float *m_io,
-                                                                     float *l_io) {
-    float mx = *m_io;
-    for (int64_t j = 0; j < n; j++) {
-        const float *kv = krow[j];
-        float sc = 0.0f;
-#pragma omp simd reduction(+ : sc)
-        for (int64_t d = 0; d < D; d++) sc += qv[d] * kv[d];
-        w[j] = sc * scale;
-        mx = w[j] > mx ? w[j] : mx;
+/* R query rows (r0 .. r0 + R - 1 of the item) against one block of keys:
+ * kt holds the block's keys d-major in panels of 16 (kt[(j / 16) * D * 16 +
+ * d * 16 + j % 16], zero past the block's nk keys), vb its V rows (stride
+ * Dp, zero past D). R is a constant at each call, so the row loops unroll
+ * and the tile's 2R accumulators stay in registers, as in a GEMM's
+ * micro-kernel:
+ *   scores: per panel of 16 keys, s[r] += q[r][d] * kt[d] over d, in order;
+ *   softmax: keys past the row's last position masked, the running max, sum
+ *     and accumulator rescaled as FlashAttention does;
+ *   P V: per 16 output lanes, o[r] += w[r][j] * v[j] over j, in order, then
+ *     acc = acc * c + o.
+ * Each element is one chain of FMAs in a fixed order, whatever R and the
+ * other rows are; the keys a row does not see add exact zeros. */
+V8_FN void attend_rows(const int R, const attn_args_t *a, const attn_tile_t *tile, int64_t g, int64_t r0,
+                       int64_t p0, int64_t nk, const float *kt, const float *vb, int64_t Dp, float *w, float *acc,
+                       float *mrow, float *lrow) {
+    const int64_t D = a->D, group = a->H / a->Hkv;
+    const float *qv[ATTN_R];
+    int64_t n[ATTN_R], nmax = 0;
+    for (int r = 0; r < R; r++) {
+        int64_t t = tile->t0 + (r0 + r) / group, h = g * group + (r0 + r) % group;
+        n[r] = a->positions[t] + 1 - p0; /* keys of this block row r sees */
+        n[r] = n[r] < 0 ? 0 : n[r] > nk ? nk : n[r];
+        nmax = n[r] > nmax ? n[r] : nmax;
+        qv[r] = a->q + (t * a->H + h) * D;
     }
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; j++) {
-        w[j] = exp_neg(w[j] - mx);
-        sum += w[j];
+    if (nmax == 0) return;
+    const int64_t n16 = (nmax + 15) / 16 * 16; /* the panels' keys */
+    for (int64_t c = 0; c < n16; c += 16) {
+        v8 s0[ATTN_R], s1[ATTN_R];
+        for (int r = 0; r < R; r++) s0[r] = s1[r] = (v8){0};
+        const float *kp = kt + c * D;
+        for (int64_t d = 0; d < D; d++) {
+            v8 k0 = v8_load(kp + d * 16), k1 = v8_load(kp + d * 16 + 8);
+            for (int r = 0; r < R; r++) {
+                s0[r] += qv[r][d] * k0;
+                s1[r] += qv[r][d] * k1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            v8_store(w + r * ATTN_KB + c, s0[r]);
+            v8_store(w + r * ATTN_KB + c + 8, s1[r]);
+        }
     }
-    float c = exp_neg(*m_io - mx);
-    *l_io = *l_io * c + sum;
-    *m_io = mx;
-#pragma omp simd
-    for (int64_t d = 0; d < D; d++) o[d] *= c;
-    for (int64_t j = 0; j < n; j++) {
-        const float *vv = vrow[j];
-        float wj = w[j];
-#pragma omp simd
-        for (int64_t d = 0; d < D; d++) o[d] += wj * vv[d];
+    const v8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    float cr[ATTN_R];
+    for (int r = 0; r < R; r++) {
+        float *wr = w + r * ATTN_KB, mx = mrow[r0 + r];
+        cr[r] = 1.0f;
+        if (n[r] == 0) { /* a row whose keys all come before this block: no change */
+            memset(wr, 0, (size_t)n16 * sizeof *wr);
+            continue;
+        }
+        for (int64_t c = 0; c < n16; c += 8) {
+            v8i seen = lane + (float)c < (float)n[r];
+            v8 v = v8_select(seen, v8_load(wr + c) * a->scale, (v8){0} - INFINITY);
+            v8_store(wr + c, v);
+            float mc = v8_max(v);
+            mx = mc > mx ? mc : mx;
+        }
+        v8 sum = (v8){0};
+        for (int64_t c = 0; c < n16; c += 8) {
+            v8 e = v8_exp_neg(v8_load(wr + c) - mx);
+            v8_store(wr + c, e);
+            sum += e;
+        }
+        cr[r] = exp_neg(mrow[r0 + r] - mx);
+        lrow[r0 + r] = lrow[r0 + r] * cr[r] + v8_sum(sum);
+        mrow[r0 + r] = mx;
+    }
+    for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
+        v8 o0[ATTN_R], o1[ATTN_R];
+        for (int r = 0; r < R; r++) o0[r] = o1[r] = (v8){0};
+        for (int64_t j = 0; j < nmax; j++) {
+            v8 v0 = v8_load(vb + j * Dp + d0), v1 = v8_load(vb + j * Dp + d0 + 8);
+            for (int r = 0; r < R; r++) {
+                o0[r] += w[r * ATTN_KB + j] * v0;
+                o1[r] += w[r * ATTN_KB + j] * v1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float *ar = acc + (r0 + r) * Dp + d0;
+            v8_store(ar, v8_load(ar) * cr[r] + o0[r]);
+            v8_store(ar + 8, v8_load(ar + 8) * cr[r] + o1[r]);
+        }
     }
 }
 
-/* Zero rows for the keys past a block's end (no branch in the 16-key loop). */
-static const float zero_row[ATTN_MAX_D];
-
-/* One tile x KV head (item = tile * Hkv + g). Per block of keys, krow[j] and
- * vrow[j] point at key j's rows: in the cache itself for a few query rows
- * (decode: one token and its group's heads), or, for a tile of many, in a
- * contiguous fp32 copy of the block made once and read by every row (the
- * cache's rows of one head are Hkv * D apart, blocks scattered). The values
- * are the same either way (bf16 widens exactly) and so is every operation a
- * row goes through (attend_block), so a token's output does not depend on its
- * step's other tokens: chunked prefill, prefix hits and batches give the same
- * bits. */
+/* One tile x KV head (item = tile * Hkv + g). Per block of keys, the block's
+ * K and V rows of head g are widened once into kt and vb (attend_rows' layout:
+ * the cache's rows of one head are Hkv * D apart, its blocks scattered), then
+ * every query row of the tile attends to them, ATTN_R rows at a time. The
+ * operations a row goes through do not depend on the tile's other rows, so a
+ * token's output does not depend on its step's other tokens: chunked prefill,
+ * prefix hits, batches and decode give the same bits. */
 static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
-                                                                  float *scratch) {
-    const int64_t D = a->D, B = a->B, group = a->H / a->Hkv, Hkv = a->Hkv;
+                                                                  float *scratch, bool f16c) {
+    const int64_t D = a->D, Dp = (D + 15) / 16 * 16, group = a->H / a->Hkv, Hkv = a->Hkv;
     const attn_tile_t *tile = &a->tiles[item / Hkv];
     const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
-    const size_t row_bytes = (size_t)D * dtype_size(a->kv_dt);
-    const bool vec = D % 16 == 0, gather = rows >= ATTN_GATHER_ROWS || !vec;
-    float *kb = scratch, *vb = kb + ATTN_KB * D, *acc = vb + ATTN_KB * D;
-    float *mrow = acc + rows * D, *lrow = mrow + rows, *w = lrow + rows;
-    const void *krow[ATTN_KB], *vrow[ATTN_KB];
+    float *kt = scratch, *vb = kt + ATTN_KB * Dp, *acc = vb + ATTN_KB * Dp;
+    float *mrow = acc + rows * Dp, *lrow = mrow + rows, *w = lrow + rows, *kbuf = w + ATTN_R * ATTN_KB;
 
     int32_t last = 0; /* the tile's largest position: keys beyond it are seen by no row */
     for (int64_t i = 0; i < nt; i++)
         if (a->positions[tile->t0 + i] > last) last = a->positions[tile->t0 + i];
     for (int64_t r = 0; r < rows; r++) mrow[r] = -INFINITY, lrow[r] = 0.0f;
-    memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
+    memset(acc, 0, (size_t)(rows * Dp) * sizeof *acc);
+    if (Dp != D) memset(vb, 0, (size_t)(ATTN_KB * Dp) * sizeof *vb);
 
     for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
         int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
-        for (int64_t j = 0; j < nk; j++) {
-            int64_t p = p0 + j, slot = (int64_t)table[p / B] * B + p % B;
-            const uint8_t *kc = (const uint8_t *)a->kc + (size_t)(slot * Hkv + g) * row_bytes;
-            const uint8_t *vc = (const uint8_t *)a->vc + (size_t)(slot * Hkv + g) * row_bytes;
-            if (gather && a->fp8_lut && vec) {
-                gather_fp8_row(kb + j * D, kc, a->kv_dt, D);
-                gather_fp8_row(vb + j * D, vc, a->kv_dt, D);
-                krow[j] = kb + j * D, vrow[j] = vb + j * D;
-            } else if (gather) {
-                gather_row(kb + j * D, a->kc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
-                gather_row(vb + j * D, a->vc, a->kv_dt, a->fp8_lut, slot, Hkv, g, D);
-                krow[j] = kb + j * D, vrow[j] = vb + j * D;
-            } else {
-                /* Read in place: the prefetcher cannot guess these addresses. */
-                for (size_t off = 0; off < row_bytes; off += 64) {
-                    __builtin_prefetch(kc + off);
-                    __builtin_prefetch(vc + off);
-                }
-                krow[j] = kc, vrow[j] = vc;
-            }
+        switch (a->kv_dt) { /* a constant dt in each, so load_row8's branches fold */
+        case DTYPE_F32: gather_block(a, DTYPE_F32, f16c, table, g, p0, nk, last + 1, kt, vb, Dp, kbuf); break;
+        case DTYPE_BF16: gather_block(a, DTYPE_BF16, f16c, table, g, p0, nk, last + 1, kt, vb, Dp, kbuf); break;
+        case DTYPE_F8_E4M3: gather_block(a, DTYPE_F8_E4M3, f16c, table, g, p0, nk, last + 1, kt, vb, Dp, kbuf); break;
+        default: gather_block(a, DTYPE_F8_E5M2, f16c, table, g, p0, nk, last + 1, kt, vb, Dp, kbuf); break;
         }
-        for (int64_t j = nk; j < (nk + 15) / 16 * 16; j++) krow[j] = vrow[j] = zero_row;
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t t = tile->t0 + r / group, h = g * group + r % group;
-            int64_t n = a->positions[t] + 1 - p0; /* keys of this block row r sees */
-            if (n <= 0) continue;
-            if (n > nk) n = nk;
-            const float *qv = a->q + (t * a->H + h) * D;
-            if (!vec)
-                attend_block_plain(qv, krow, vrow, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-            else if (gather || a->kv_dt == DTYPE_F32)
-                attend_block(qv, krow, vrow, DTYPE_F32, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-            else if (a->kv_dt == DTYPE_BF16)
-                attend_block(qv, krow, vrow, DTYPE_BF16, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-            else if (a->kv_dt == DTYPE_F8_E4M3)
-                attend_block(qv, krow, vrow, DTYPE_F8_E4M3, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
-            else
-                attend_block(qv, krow, vrow, DTYPE_F8_E5M2, n, D, a->scale, w, acc + r * D, &mrow[r], &lrow[r]);
+        int64_t r0 = 0;
+        for (; r0 + ATTN_R <= rows; r0 += ATTN_R)
+            attend_rows(ATTN_R, a, tile, g, r0, p0, nk, kt, vb, Dp, w, acc, mrow, lrow);
+        switch (rows - r0) {
+#define ATTN_TAIL(k) \
+    case k: if (k < ATTN_R) attend_rows(k, a, tile, g, r0, p0, nk, kt, vb, Dp, w, acc, mrow, lrow); break;
+            ATTN_TAIL(1) ATTN_TAIL(2) ATTN_TAIL(3) ATTN_TAIL(4) ATTN_TAIL(5) ATTN_TAIL(6) ATTN_TAIL(7)
+#undef ATTN_TAIL
+        default: break;
         }
     }
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = tile->t0 + r / group, h = g * group + r % group;
         float *o = a->out + (t * a->H + h) * D, inv = 1.0f / lrow[r];
-        for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] * inv;
+        for (int64_t d = 0; d < D; d++) o[d] = acc[r * Dp + d] * inv;
     }
 }
 
-#define ATTN_ITEMS_FN(name, target)                                                     \
-    target static void name(void *arg, int64_t i0, int64_t i1, int worker) {            \
-        const attn_args_t *a = arg;                                                     \
-        int64_t rows = ATTN_QT * (a->H / a->Hkv);                                       \
+#define ATTN_ITEMS_FN(name, target, f16c)                                                        \
+    target static void name(void *arg, int64_t i0, int64_t i1, int worker) {                     \
+        const attn_args_t *a = arg;                                                              \
+        int64_t rows = ATTN_QT * (a->H / a->Hkv);                                                \
         float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
-        for (int64_t i = i0; i < i1; i++) attention_item(a, i, scratch);                \
+        for (int64_t i = i0; i < i1; i++) attention_item(a, i, scratch, f16c);                   \
     }
 
-ATTN_ITEMS_FN(items_portable, )
+ATTN_ITEMS_FN(items_portable, , false)
 #if defined(__x86_64__) && defined(__GNUC__)
-ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma,f16c"))))
-ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))))
+ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma,f16c"))), true)
+ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), true)
 #endif
 
 void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,

@@ -126,9 +126,11 @@ static void test_pack_layout(void) {
 }
 
 static void test_attention_matches_double_at_every_level(void) {
-    /* D = 24 takes the plain loop, the others the 16-lane form; contexts
-     * cross the 64-key block and the 32-token tile; GQA 3:1. */
-    static const int64_t dims[] = {16, 24, 64};
+    /* D = 20 gathers element by element, the others eight lanes at a time;
+     * D = 20 and 24 pad the accumulators to 16 lanes; contexts cross the
+     * 64-key block and the 32-token tile; 3 query heads per KV head (rows
+     * go 6 at a time; the 5- and 1-token sequences end on 3). */
+    static const int64_t dims[] = {16, 20, 24, 64};
     const int64_t H = 6, Hkv = 2, B = 16, S = 3, max_blocks = 12, n_blocks = 40;
     int32_t ctx_len[3] = {150, 5, 97}, n_new[3] = {70, 5, 1};
     int32_t tables[3 * 12], perm[40];
@@ -184,8 +186,8 @@ static void test_attention_matches_double_at_every_level(void) {
                 snprintf(what, sizeof what, "%s D=%lld kv %s", cpu_isa_name((cpu_isa_t)isa), (long long)D,
                          bf ? "bf16" : "f32");
                 check_close(what, out, ref, T * H * D, 1e-5, 1e-4);
-                /* Each token of the 70-token chunk alone, as a decode step reads
-                 * it (K/V in place, not gathered): the same bits. */
+                /* Each token of the 70-token chunk alone, as a decode step
+                 * reads it (a tile of one token, 3 rows): the same bits. */
                 float *one = sl_malloc((size_t)(H * D) * sizeof *one);
                 int32_t qs1[2] = {0, 1};
                 int same = 1;
