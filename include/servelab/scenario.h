@@ -33,6 +33,9 @@ typedef struct {
                          * (empty: none): warm-up requests before taking traffic */
     char *model;        /* NULL, or a model directory served in the scenario's model's place
                          * under its name (a release that swapped the checkpoint) */
+    char *golden_request; /* NULL, or a JSON object: the request fields the golden prompts go
+                         * with (`diagnose --golden-request`; null: not sent), as a client sends
+                         * them (a test that leaves temperature to the server) */
     bool proxied;       /* a real nginx in front: the load goes through it */
     scn_args_t proxy;   /* nginx directives for its `location /` (one simple directive each, no
                          * ';' or braces); limit_req_zone and limit_conn_zone go to `http` */

@@ -3,7 +3,7 @@
  *
  *   servelab diagnose (--url URL | --prometheus URL [--url URL]) [--window 30s]
  *       [--interval 1s] [--log FILE] [--expected-inflight N] [--baseline FILE]
- *       [--golden FILE] [--record-golden FILE] [--collect DIR] [--json]
+ *       [--golden FILE [--golden-request JSON]] [--record-golden FILE] [--collect DIR] [--json]
  *
  * Sources. With --url it scrapes URL/metrics every --interval for --window
  * (so a window of 30 s is 31 snapshots). With --prometheus it asks that
@@ -17,8 +17,12 @@
  * Extras. --log FILE reads the last 16 MiB of the server's log for CUDA OOM,
  * ERROR and preemption lines. --golden FILE replays its prompts at
  * temperature 0 through /v1/completions and counts answers that differ from
- * the recorded ones (seed 002's golden prompts); --record-golden FILE writes
- * the answers of FILE's prompts into it instead. --baseline FILE is an earlier
+ * the recorded ones (seed 002's golden prompts), asking a differing one again
+ * to tell a changed model (the same new answer) from sampling (another one);
+ * --golden-request '{"temperature": null}' sends what a client sends instead
+ * (fields replaced, null ones left out: seed 001's "same prompt, different
+ * answer"); --record-golden FILE writes the answers of FILE's prompts into it
+ * instead. --baseline FILE is an earlier
  * --json report of the same server when healthy: the rules that compare
  * (slowdowns, CPU per token, prefix reuse) need it. --collect DIR writes seed
  * 003's one-shot bundle: the last scrape, vllm:cache_config_info, /version,
@@ -47,7 +51,7 @@
 static const char *diag_usage =
     "usage: servelab diagnose (--url URL | --prometheus URL [--url URL]) [--window 30s] [--interval 1s]\n"
     "                         [--log FILE] [--expected-inflight N] [--baseline FILE] [--golden FILE]\n"
-    "                         [--record-golden FILE] [--collect DIR] [--json]\n";
+    "                         [--golden-request JSON] [--record-golden FILE] [--collect DIR] [--json]\n";
 
 static const char *diag_help =
     "\nWatches a vLLM-compatible server and names the playbook cause of what it shows (docs/lab.md).\n\n"
@@ -60,6 +64,8 @@ static const char *diag_help =
     "  --expected-inflight N     requests the clients keep in flight (seed 004's sanity check)\n"
     "  --baseline FILE           an earlier --json report of the healthy server, for the comparing rules\n"
     "  --golden FILE             replay FILE's prompts at temperature 0 and compare with its outputs\n"
+    "  --golden-request JSON     request fields for the replay instead of temperature 0 and seed 0, as a\n"
+    "                            client sends them ({\"temperature\": 0.7}; null: not sent)\n"
     "  --record-golden FILE      record the outputs of FILE's prompts into FILE, then exit\n"
     "  --collect DIR             write the one-shot report bundle into DIR\n"
     "  --json                    print one JSON object: cause, evidence, remedies, ranked, metrics\n"
@@ -67,6 +73,7 @@ static const char *diag_help =
 
 typedef struct {
     const char *url, *prometheus, *log, *baseline, *golden, *record_golden, *collect;
+    cJSON *golden_request; /* --golden-request: an object, or NULL */
     double window, interval, expected_inflight;
     bool json;
 } diag_args_t;
@@ -256,13 +263,54 @@ static char *served_model(const char *url) {
     return id;
 }
 
+/* One golden prompt's answer: p's "prompt" through /v1/completions or its
+ * "messages" (OpenAI chat messages) through /v1/chat/completions, so the
+ * server's chat template is part of what is checked; temperature 0 and seed 0
+ * unless `fields` (--golden-request) says otherwise: its members replace the
+ * request's, a null one removes it (a client that does not send it gets the
+ * server's default). The answer (to free), or NULL with err. */
+static char *golden_answer(const char *url, const char *model, const cJSON *p, const cJSON *fields, char *err,
+                           size_t err_len) {
+    const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *mt = cJSON_GetObjectItem(p, "max_tokens");
+    const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
+    bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "model", model ? model : "");
+    if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
+    else cJSON_AddStringToObject(req, "prompt", prompt->valuestring);
+    cJSON_AddNumberToObject(req, "max_tokens", cJSON_IsNumber(mt) ? mt->valuedouble : 32);
+    cJSON_AddNumberToObject(req, "temperature", 0);
+    cJSON_AddNumberToObject(req, "seed", 0);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, fields) {
+        cJSON_DeleteItemFromObjectCaseSensitive(req, f->string);
+        if (!cJSON_IsNull(f)) cJSON_AddItemToObject(req, f->string, cJSON_Duplicate(f, 1));
+    }
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cli_buf_t b;
+    const char *endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+    long st = http(url, endpoint, body, &b, err, err_len);
+    free(body);
+    cJSON *resp = st == 200 ? cJSON_Parse(b.data) : NULL;
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), 0);
+    const cJSON *out = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(choice, "message"), "content")
+                            : cJSON_GetObjectItem(choice, "text");
+    char *answer = cJSON_IsString(out) ? sl_strdup(out->valuestring) : NULL;
+    if (!answer && st > 0) snprintf(err, err_len, "%s%s: HTTP %ld: %.200s", url, endpoint, st, b.data);
+    cJSON_Delete(resp);
+    free(b.data);
+    return answer;
+}
+
 /* Replays a golden file's prompts ({"prompts": [{"prompt" or "messages",
- * "max_tokens", "output"}]}) at temperature 0: a "prompt" through
- * /v1/completions, "messages" (OpenAI chat messages) through
- * /v1/chat/completions, so the server's chat template is part of what is
- * checked. record: writes the outputs into it. Returns the number of prompts
- * (mismatches in *bad), or -1 with err. */
-static int golden(const char *url, const char *path, bool record, int *bad, char *err, size_t err_len) {
+ * "max_tokens", "output"}]}) with golden_answer. record: writes the answers
+ * into it. Else a prompt whose answer differs from its "output" is asked
+ * again: a second answer unlike the first makes it unstable (sampling, not a
+ * changed model). Returns the number of prompts (mismatches in *bad, unstable
+ * ones in *unstable), or -1 with err. */
+static int golden(const char *url, const char *path, const cJSON *fields, bool record, int *bad, int *unstable,
+                  char *err, size_t err_len) {
     char *text = read_tail(path, (size_t)16 << 20, err, err_len);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
@@ -275,11 +323,11 @@ static int golden(const char *url, const char *path, bool record, int *bad, char
     }
     char *model = served_model(url);
     int n = 0, rc = 0;
-    *bad = 0;
+    *bad = *unstable = 0;
     cJSON *p;
     cJSON_ArrayForEach(p, prompts) {
-        const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *mt = cJSON_GetObjectItem(p, "max_tokens");
-        const cJSON *msgs = cJSON_GetObjectItem(p, "messages"), *want = cJSON_GetObjectItem(p, "output");
+        const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *msgs = cJSON_GetObjectItem(p, "messages");
+        const cJSON *want = cJSON_GetObjectItem(p, "output");
         bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
         if (cJSON_IsString(prompt) == chat || (!record && !cJSON_IsString(want))) {
             snprintf(err, err_len, "%s: prompt %d needs a string \"prompt\" or a \"messages\" array (one of the two)%s",
@@ -287,34 +335,20 @@ static int golden(const char *url, const char *path, bool record, int *bad, char
             rc = -1;
             break;
         }
-        cJSON *req = cJSON_CreateObject();
-        cJSON_AddStringToObject(req, "model", model ? model : "");
-        if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
-        else cJSON_AddStringToObject(req, "prompt", prompt->valuestring);
-        cJSON_AddNumberToObject(req, "max_tokens", cJSON_IsNumber(mt) ? mt->valuedouble : 32);
-        cJSON_AddNumberToObject(req, "temperature", 0);
-        cJSON_AddNumberToObject(req, "seed", 0);
-        char *body = cJSON_PrintUnformatted(req);
-        cJSON_Delete(req);
-        cli_buf_t b;
-        const char *endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-        long st = http(url, endpoint, body, &b, err, err_len);
-        free(body);
-        cJSON *resp = st == 200 ? cJSON_Parse(b.data) : NULL;
-        const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(resp, "choices"), 0);
-        const cJSON *out = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(choice, "message"), "content")
-                                : cJSON_GetObjectItem(choice, "text");
-        if (!cJSON_IsString(out)) {
-            if (st > 0) snprintf(err, err_len, "%s%s: HTTP %ld: %.200s", url, endpoint, st, b.data);
+        char *got = golden_answer(url, model, p, fields, err, err_len);
+        if (!got) {
             rc = -1;
         } else if (record) {
             cJSON_DeleteItemFromObject(p, "output");
-            cJSON_AddStringToObject(p, "output", out->valuestring);
-        } else if (strcmp(out->valuestring, want->valuestring)) {
+            cJSON_AddStringToObject(p, "output", got);
+        } else if (strcmp(got, want->valuestring)) {
             (*bad)++;
+            char *again = golden_answer(url, model, p, fields, err, err_len);
+            if (!again) rc = -1;
+            else if (strcmp(again, got)) (*unstable)++;
+            free(again);
         }
-        cJSON_Delete(resp);
-        free(b.data);
+        free(got);
         if (rc) break;
         n++;
     }
@@ -438,13 +472,17 @@ static int collect(const diag_args_t *a, const char *metrics_text, const cJSON *
 /* ---- the command ------------------------------------------------------------------- */
 
 static void parse_args(int argc, char **argv, diag_args_t *a) {
-    enum { O_URL = 256, O_PROM, O_WINDOW, O_INTERVAL, O_LOG, O_INFLIGHT, O_BASE, O_GOLDEN, O_RECORD, O_COLLECT, O_JSON };
+    enum {
+        O_URL = 256, O_PROM, O_WINDOW, O_INTERVAL, O_LOG, O_INFLIGHT, O_BASE, O_GOLDEN, O_GOLDEN_REQ, O_RECORD,
+        O_COLLECT, O_JSON
+    };
     static const struct option opts[] = {
         {"url", required_argument, 0, O_URL},           {"prometheus", required_argument, 0, O_PROM},
         {"window", required_argument, 0, O_WINDOW},     {"interval", required_argument, 0, O_INTERVAL},
         {"log", required_argument, 0, O_LOG},           {"expected-inflight", required_argument, 0, O_INFLIGHT},
         {"baseline", required_argument, 0, O_BASE},     {"golden", required_argument, 0, O_GOLDEN},
         {"record-golden", required_argument, 0, O_RECORD}, {"collect", required_argument, 0, O_COLLECT},
+        {"golden-request", required_argument, 0, O_GOLDEN_REQ},
         {"json", no_argument, 0, O_JSON},               {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     *a = (diag_args_t){.window = 30, .interval = 1};
@@ -462,6 +500,18 @@ static void parse_args(int argc, char **argv, diag_args_t *a) {
         case O_BASE: a->baseline = optarg; break;
         case O_GOLDEN: a->golden = optarg; break;
         case O_RECORD: a->record_golden = optarg; break;
+        case O_GOLDEN_REQ: {
+            cJSON_Delete(a->golden_request);
+            a->golden_request = cJSON_Parse(optarg);
+            if (!cJSON_IsObject(a->golden_request))
+                cli_usage_error(diag_usage, "--golden-request must be a JSON object of request fields");
+            static const char *const owned[] = {"model", "prompt", "messages", "stream"};
+            for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+                if (cJSON_GetObjectItemCaseSensitive(a->golden_request, owned[i]))
+                    cli_usage_error(diag_usage, "--golden-request: \"%s\" is the golden file's or the replay's",
+                                    owned[i]);
+            break;
+        }
         case O_COLLECT: a->collect = optarg; break;
         case O_JSON: a->json = true; break;
         case 'h': printf("%s%s", diag_usage, diag_help); exit(0);
@@ -471,6 +521,8 @@ static void parse_args(int argc, char **argv, diag_args_t *a) {
     if (optind < argc) cli_usage_error(diag_usage, "unrecognized arguments: %s", argv[optind]);
     if (!a->url && !a->prometheus) cli_usage_error(diag_usage, "one of the arguments --url --prometheus is required");
     if ((a->golden || a->record_golden) && !a->url) cli_usage_error(diag_usage, "--golden needs --url");
+    if (a->golden_request && !a->golden && !a->record_golden)
+        cli_usage_error(diag_usage, "--golden-request needs --golden or --record-golden");
     if (a->interval > a->window) cli_usage_error(diag_usage, "argument --interval: longer than --window");
     if (a->window / a->interval > 100000) cli_usage_error(diag_usage, "argument --interval: too many snapshots");
     for (char *p = (char *)a->url; p && *p; p++) /* "http://h:8000/" -> "http://h:8000" */
@@ -488,11 +540,11 @@ int cli_diagnose(int argc, char **argv) {
     char *last_text = NULL, *log_tail = NULL;
     cJSON *base_json = NULL, *report = NULL;
     diag_measures_t base;
-    diag_extra_t extra = {-1, -1, -1, 0, 0};
+    diag_extra_t extra = {-1, -1, -1, 0, 0, 0};
 
     if (a.record_golden) {
-        int bad;
-        int k = golden(a.url, a.record_golden, true, &bad, err, sizeof err);
+        int bad, unstable;
+        int k = golden(a.url, a.record_golden, a.golden_request, true, &bad, &unstable, err, sizeof err);
         if (k >= 0) fprintf(stderr, "servelab diagnose: recorded %d outputs into %s\n", k, a.record_golden);
         status = k >= 0 ? 0 : 1;
         goto out;
@@ -515,10 +567,11 @@ int cli_diagnose(int argc, char **argv) {
     snaps = a.prometheus ? query_prometheus(&a, &n, err, sizeof err) : scrape(&a, &n, &last_text, err, sizeof err);
     if (!snaps) goto out;
     if (a.golden) {
-        int bad = 0, k = golden(a.url, a.golden, false, &bad, err, sizeof err);
+        int bad = 0, unstable = 0, k = golden(a.url, a.golden, a.golden_request, false, &bad, &unstable, err, sizeof err);
         if (k < 0) goto out;
         extra.golden_prompts = k;
         extra.golden_mismatches = bad;
+        extra.golden_unstable = unstable;
     }
     diag_measures_t m;
     diag_measure(snaps, n, a.expected_inflight, &extra, &m);
@@ -540,6 +593,7 @@ out:
     free(log_tail);
     cJSON_Delete(base_json);
     cJSON_Delete(report);
+    cJSON_Delete(a.golden_request);
     curl_global_cleanup();
     return status;
 }

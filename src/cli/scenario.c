@@ -157,6 +157,7 @@ static void print_setup(FILE *f, const char *what, const char *model, const scn_
         for (int i = 0; i < s->proxy.n; i++) fprintf(f, "%s %s;", i ? "" : ":", s->proxy.v[i]);
     }
     print_args(f, "\n            load: servelab bench serve", &s->load);
+    if (s->golden_request) fprintf(f, "\n            golden prompts sent with %s", s->golden_request);
     fputc('\n', f);
 }
 
@@ -425,11 +426,14 @@ static int run_to_end(char *const argv[], const char *out_path) {
 }
 
 /* Golden prompts: the baseline phase records their answers under its load into a copy in tmp
- * (the scenario's file is never written); every phase replays them after its window, so the
- * baseline also shows that they replay alike. 0, or -1 with err. */
+ * (the scenario's file is never written), with the baseline's golden_request; every phase
+ * replays them after its window with its own, so the baseline also shows that they replay
+ * alike. 0, or -1 with err. */
 static int record_golden(const scenario_t *s, const char *name, const char *base, const char *golden,
                          const char *tmp, char *err, size_t cap) {
-    char *rec[] = {(char *)self_exe, "diagnose", "--url", (char *)base, "--record-golden", (char *)golden, NULL};
+    const char *req = s->baseline.golden_request;
+    char *rec[] = {(char *)self_exe, "diagnose", "--url", (char *)base, "--record-golden", (char *)golden,
+                   req ? "--golden-request" : NULL, (char *)req, NULL};
     char out[512];
     snprintf(out, sizeof out, "%s/%.64s-golden.log", tmp, s->name);
     progress(s, name, "recording the golden prompts' answers");
@@ -687,14 +691,15 @@ static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t
 /* Starts `servelab diagnose --json` over window against base (its report into report_path,
  * its stderr into err_path); the pid, or -1. */
 static pid_t spawn_diagnose(const char *base, const char *window, const char *log, const char *baseline_report,
-                            const char *golden, int expected_inflight, const char *report_path,
-                            const char *err_path) {
+                            const char *golden, const char *golden_request, int expected_inflight,
+                            const char *report_path, const char *err_path) {
     argv_t dg = {0};
     const char *dhead[] = {self_exe, "diagnose", "--url", base, "--window", window, "--interval", "0.5s", "--json",
                            "--log", log};
     for (size_t i = 0; i < sizeof dhead / sizeof dhead[0]; i++) argv_add(&dg, dhead[i]);
     if (baseline_report) argv_add(&dg, "--baseline"), argv_add(&dg, baseline_report);
     if (golden) argv_add(&dg, "--golden"), argv_add(&dg, golden);
+    if (golden && golden_request) argv_add(&dg, "--golden-request"), argv_add(&dg, golden_request);
     char inflight[16];
     snprintf(inflight, sizeof inflight, "%d", expected_inflight);
     if (expected_inflight > 0) argv_add(&dg, "--expected-inflight"), argv_add(&dg, inflight);
@@ -854,7 +859,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         char what[160];
         snprintf(what, sizeof what, "diagnose watches %gs from before the first request", s->window_s);
         progress(s, name, what);
-        diag = spawn_diagnose(base, window, log, baseline_report, NULL, s->expected_inflight, p->report_path,
+        diag = spawn_diagnose(base, window, log, baseline_report, NULL, NULL, s->expected_inflight, p->report_path,
                               diag_out);
         usleep(500000);
     }
@@ -879,7 +884,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}
         for (int i = 0; i < n; i++) served0[i] = metric_total(bases[i], "vllm:request_success_total");
-        diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL,
+        diag = spawn_diagnose(base, window, log, baseline_report, s->golden ? golden : NULL, setup->golden_request,
                               s->expected_inflight, p->report_path, diag_out);
     }
     /* diagnose's window; with Prometheus, the alerts polled meanwhile and until hold_end */
@@ -1021,7 +1026,7 @@ static void print_phase(const scenario_t *s, const char *what, const phase_t *p)
         printf("  %-9s FAILED: %s\n", what, p->err);
         return;
     }
-    printf("  %-9s %-20s", what, p->cause);
+    printf("  %-9s %-23s", what, p->cause);
     if (s->measure) printf(" %s %.4g", s->measure, measure(p, s));
     if (p->ranked[0] && strcmp(p->ranked, p->cause)) printf("  (fired: %s)", p->ranked);
     if (p->prom) printf("  alerts: %s", p->alerts[0] ? p->alerts : "none");
@@ -1263,7 +1268,7 @@ int cli_scenario(int argc, char **argv) {
     int rc = bad ? 2 : 0;
     if (!bad && !strcmp(verb, "list")) {
         for (int i = 0; i < n_run; i++)
-            printf("%-24s seed %s  %-20s %s%s\n", scn[i].name, scn[i].seed, scn[i].expect, scn[i].title,
+            printf("%-28s seed %s  %-23s %s%s\n", scn[i].name, scn[i].seed, scn[i].expect, scn[i].title,
                    scn[i].imitation ? " (imitated)" : "");
     } else if (!bad && !strcmp(verb, "show")) {
         show(&scn[0]);

@@ -103,16 +103,29 @@ static int get_setup(const cJSON *root, const char *key, bool required, scn_setu
     snprintf(where, sizeof where, "%s: ", key);
     if (!o && required) return fail(err, cap, "\"%s\" is required", key);
     if (o && !cJSON_IsObject(o)) return fail(err, cap, "\"%s\" must be an object", key);
-    static const char *const keys[] = {"server", "faults", "load", "warmup", "proxy", "model", "text", NULL};
+    static const char *const keys[] = {"server", "faults", "load", "warmup", "proxy", "model", "golden_request",
+                                       "text", NULL};
     const char *bad;
     if (o && !only_keys(o, keys, &bad))
-        return fail(err, cap, "%sunknown key \"%s\" (expected server, faults, load, warmup, proxy, model%s)",
+        return fail(err, cap,
+                    "%sunknown key \"%s\" (expected server, faults, load, warmup, proxy, model, golden_request%s)",
                     where, shown(bad, (char[64]){0}, 64), text ? ", text" : "");
     if (o && get_str(o, "model", false, &s->model, where, err, cap)) return -1;
     if (s->model && !inherit)
         return fail(err, cap, "%s\"model\" belongs to the incident or the remedy (the scenario's \"model\" is the "
                     "baseline's)", where);
     if (!s->model && inherit && inherit->model) s->model = sl_strdup(inherit->model);
+    const cJSON *gr = o ? cJSON_GetObjectItemCaseSensitive(o, "golden_request") : NULL;
+    if (gr && (!cJSON_IsObject(gr) || cJSON_GetArraySize(gr) > 16))
+        return fail(err, cap, "%s\"golden_request\" must be an object of at most 16 request fields "
+                    "({\"temperature\": null}: not sent)", where);
+    for (const cJSON *f = gr ? gr->child : NULL; f; f = f->next)
+        if (!strcmp(f->string, "model") || !strcmp(f->string, "prompt") || !strcmp(f->string, "messages") ||
+            !strcmp(f->string, "stream"))
+            return fail(err, cap, "%s\"golden_request\": \"%s\" is the golden file's or the replay's", where,
+                        f->string);
+    if (gr) s->golden_request = cJSON_PrintUnformatted(gr);
+    else if (inherit && inherit->golden_request) s->golden_request = sl_strdup(inherit->golden_request);
     if (o && !text && cJSON_GetObjectItemCaseSensitive(o, "text"))
         return fail(err, cap, "%s\"text\" belongs to the remedy", where);
     struct { const char *k; scn_args_t *dst; const scn_args_t *from; } parts[] = {
@@ -227,6 +240,8 @@ static int parse_root(const cJSON *root, scenario_t *s, char *err, size_t cap) {
     if (s->replicas > 1 && !(s->baseline.proxied && s->incident.proxied && s->remedy.proxied))
         return fail(err, cap, "\"replicas\": %d servers need a \"proxy\" in front of them (the baseline's, "
                     "which the other setups inherit)", s->replicas);
+    if (!s->golden && (s->baseline.golden_request || s->incident.golden_request || s->remedy.golden_request))
+        return fail(err, cap, "\"golden_request\" needs \"golden\" (the prompts it is sent with)");
     if (s->golden && s->watch_boot)
         return fail(err, cap, "\"golden\" needs \"watch\": \"load\" (recording its answers would warm the server)");
     bool healthy = !strcmp(s->expect, "healthy");
@@ -296,6 +311,7 @@ static void setup_free(scn_setup_t *s) {
     args_free(&s->warmup);
     args_free(&s->proxy);
     free(s->model);
+    free(s->golden_request);
 }
 
 void scenario_free(scenario_t *s) {
@@ -331,8 +347,8 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
 }
 
 static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
-    return same_str(x->model, y->model) && same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) &&
-           same_args(&x->load, &y->load) &&
+    return same_str(x->model, y->model) && same_str(x->golden_request, y->golden_request) &&
+           same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
            same_args(&x->warmup, &y->warmup) && x->proxied == y->proxied && same_args(&x->proxy, &y->proxy);
 }
 

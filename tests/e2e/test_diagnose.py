@@ -359,6 +359,28 @@ def smollm_cases(a, tmp, rep):
         check(report["metrics"]["golden_mismatches"] >= 1, "the garbled answers differ from the golden ones")
         clear_faults(srv)
         expect(diagnose(a, srv, 1, "--golden", golden), "healthy", "logit_noise cleared: the golden answers again")
+        # Sampled golden prompts: a seed replays alike; without one each replay answers anew, and
+        # asked again a changed prompt answers a third way (sampling, not a changed model).
+        seeded, unseeded = '{"temperature": 1.5, "seed": 7}', '{"temperature": 1.5, "seed": null}'
+        sampled = os.path.join(tmp, f"golden-sampled-{rep}.json")
+        with open(golden) as f, open(sampled, "w") as g:
+            g.write(f.read())
+        p = subprocess.run([a.servelab, "diagnose", "--url", srv.base, "--record-golden", sampled,
+                            "--golden-request", seeded],
+                           capture_output=True, text=True, env=dict(os.environ, OPENAI_API_KEY=KEY), timeout=120)
+        check(p.returncode == 0, "sampled golden answers recorded with a seed: " + p.stderr.strip())
+        expect(diagnose(a, srv, 1, "--golden", sampled, "--golden-request", seeded), "healthy",
+               "a seeded sampled replay gives the recorded answers")
+        report = diagnose(a, srv, 1, "--golden", sampled, "--golden-request", unseeded)
+        expect(report, "nondeterministic_output", "no seed: each replay samples anew")
+        m = report["metrics"]
+        check(1 <= m["golden_unstable"] <= m["golden_mismatches"], f"unstable answers counted: {m}")
+        check(not any(r["cause"] == "output_regression" for r in report["ranked"]),
+              "answers that change on each replay are not an output regression")
+        p = subprocess.run([a.servelab, "diagnose", "--url", srv.base, "--golden", golden, "--golden-request", "[1]"],
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 2 and "--golden-request must be a JSON object" in p.stderr,
+              "a --golden-request that is not an object exits 2: " + p.stderr.strip())
 
         load = ChatLoad(srv)
         time.sleep(1)

@@ -219,6 +219,7 @@ static void test_rules_without_baseline_fire_on_their_thresholds(void) {
         {"oom", DM_log_oom_lines, DM_samples, 1, 5, 0, 5},
         {"engine_errors", DM_finished_error_share, DM_requests_finished, 0.05, 100, 0.04, 100},
         {"output_regression", DM_golden_mismatches, DM_golden_prompts, 1, 4, 0, 4},
+        {"nondeterministic_output", DM_golden_unstable, DM_golden_mismatches, 1, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         diag_measures_t m = blank();
@@ -238,6 +239,17 @@ static void test_rules_without_baseline_fire_on_their_thresholds(void) {
     diag_measures_t m = blank();
     bool fired;
     CHECK(!strcmp(top(&m, NULL, "", &fired), "healthy"));
+    /* Golden answers that change from one replay to the next are sampling, not a changed model:
+     * output_regression counts only the mismatches a second replay repeated. */
+    m.v[DM_golden_prompts] = 4, m.v[DM_golden_mismatches] = 3, m.v[DM_golden_unstable] = 3;
+    CHECK(!strcmp(top(&m, NULL, "output_regression", &fired), "nondeterministic_output"));
+    CHECK(!fired);
+    m.v[DM_golden_unstable] = 2; /* one answer changed the same way twice */
+    CHECK(!strcmp(top(&m, NULL, "output_regression", &fired), "nondeterministic_output"));
+    CHECK(fired);
+    m.v[DM_golden_unstable] = 0;
+    CHECK(!strcmp(top(&m, NULL, "nondeterministic_output", &fired), "output_regression"));
+    CHECK(!fired);
 }
 
 static void test_rules_against_a_baseline(void) {

@@ -81,7 +81,25 @@ static void test_golden_watch_and_warmup(void) {
                          " \"incident\": {}, \"expect\": \"healthy\"}";
     CHECK_EQ_INT(scenario_parse(golden, strlen(golden), "g", &s, err, sizeof err), 0);
     CHECK(!strcmp(s.golden, "lab/g.json") && s.expected_inflight == 0);
+    CHECK(!s.baseline.golden_request && !s.incident.golden_request);
     scenario_free(&s);
+    /* The request fields the golden prompts go with: a setup's own, else the baseline's. */
+    const char *sampled =
+        "{\"title\": \"t\", \"seed\": \"001\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m\","
+        " \"golden\": \"lab/g.json\", \"baseline\": {\"load\": [\"--num-prompts\", \"4\"], \"golden_request\": {\"top_p\": 1}},"
+        " \"incident\": {\"golden_request\": {\"temperature\": null, \"seed\": null}}, \"remedy\": {\"text\": \"t0\"},"
+        " \"symptom\": {\"measure\": \"golden_unstable\", \"direction\": \"up\", \"where\": \"answers\"},"
+        " \"expect\": \"nondeterministic_output\"}";
+    CHECK_EQ_INT(scenario_parse(sampled, strlen(sampled), "g", &s, err, sizeof err), 0);
+    CHECK(!strcmp(s.incident.golden_request, "{\"temperature\":null,\"seed\":null}"));
+    CHECK(!strcmp(s.baseline.golden_request, "{\"top_p\":1}") && !strcmp(s.remedy.golden_request, "{\"top_p\":1}"));
+    CHECK(scenario_remedy_is_baseline(&s));
+    scenario_free(&s);
+    refused("\"faults\": [", "\"golden_request\": {\"temperature\": 1}, \"faults\": [",
+            "\"golden_request\" needs \"golden\"");
+    refused("\"faults\": [", "\"golden_request\": 0.7, \"faults\": [", "incident: \"golden_request\" must be an object");
+    refused("\"faults\": [", "\"golden_request\": {\"messages\": []}, \"faults\": [",
+            "incident: \"golden_request\": \"messages\" is the golden file's or the replay's");
 }
 
 static void test_refusals_name_the_field(void) {
@@ -220,6 +238,8 @@ static void test_same_baseline_is_every_field_of_the_baseline_phase(void) {
         {"\"window_s\": 4", "\"window_s\": 4, \"expected_inflight\": 3"},
         {"\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\""},
         {"\"load\": [\"--max-concurrency\", \"8\"]}", "\"load\": [\"--max-concurrency\", \"8\"], \"proxy\": []}"},
+        {"\"window_s\": 4", "\"window_s\": 4, \"golden\": \"g.json\", \"baseline\": {\"server\": [\"--max-num-seqs\", "
+         "\"8\"], \"load\": [\"--max-concurrency\", \"8\"], \"golden_request\": {\"seed\": 1}}"},
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         const char *at = strstr(MINIMAL, edits[i][0]);
