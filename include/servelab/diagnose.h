@@ -74,7 +74,7 @@ const char *prom_label(const prom_sample_t *x, const char *key);
     X(http_requests) X(http_4xx_share) X(http_5xx_share) X(http_error_share)                          \
     X(stalled_share) X(stalled_s) X(cpu_seconds_per_s) X(cpu_ms_per_prompt_token)                    \
     X(log_oom_lines) X(log_error_lines) X(log_preemption_lines) X(golden_prompts) X(golden_mismatches)   \
-    X(golden_unstable)
+    X(golden_unstable) X(golden_truncated)
 
 typedef enum {
 #define DIAG_ENUM(n) DM_##n,
@@ -94,7 +94,8 @@ typedef struct {
 typedef struct {
     int oom_lines, error_lines, preemption_lines;
     int golden_prompts, golden_mismatches;
-    int golden_unstable; /* of the mismatched prompts, those a second replay answered otherwise */
+    int golden_unstable;  /* of the mismatched prompts, those a second replay answered otherwise */
+    int golden_truncated; /* prompts the server counted fewer tokens of than /tokenize */
 } diag_extra_t;
 
 /* Computes the measures from snaps[0..n) (n >= 2, in time order): counters

@@ -21,7 +21,9 @@
  * to tell a changed model (the same new answer) from sampling (another one);
  * --golden-request '{"temperature": null}' sends what a client sends instead
  * (fields replaced, null ones left out: seed 001's "same prompt, different
- * answer"); --record-golden FILE writes the answers of FILE's prompts into it
+ * answer"), and a replay the server counted fewer prompt tokens of than its
+ * /tokenize says the prompt has was truncated (seed 000's "silently drops the
+ * start"); --record-golden FILE writes the answers of FILE's prompts into it
  * instead. --baseline FILE is an earlier
  * --json report of the same server when healthy: the rules that compare
  * (slowdowns, CPU per token, prefix reuse) need it. --collect DIR writes seed
@@ -268,9 +270,10 @@ static char *served_model(const char *url) {
  * server's chat template is part of what is checked; temperature 0 and seed 0
  * unless `fields` (--golden-request) says otherwise: its members replace the
  * request's, a null one removes it (a client that does not send it gets the
- * server's default). The answer (to free), or NULL with err. */
-static char *golden_answer(const char *url, const char *model, const cJSON *p, const cJSON *fields, char *err,
-                           size_t err_len) {
+ * server's default). The answer (to free), or NULL with err; *prompt_tokens
+ * is the response's usage.prompt_tokens (-1: none). */
+static char *golden_answer(const char *url, const char *model, const cJSON *p, const cJSON *fields,
+                           int *prompt_tokens, char *err, size_t err_len) {
     const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *mt = cJSON_GetObjectItem(p, "max_tokens");
     const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
     bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
@@ -297,20 +300,47 @@ static char *golden_answer(const char *url, const char *model, const cJSON *p, c
     const cJSON *out = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(choice, "message"), "content")
                             : cJSON_GetObjectItem(choice, "text");
     char *answer = cJSON_IsString(out) ? sl_strdup(out->valuestring) : NULL;
+    const cJSON *used = cJSON_GetObjectItem(cJSON_GetObjectItem(resp, "usage"), "prompt_tokens");
+    *prompt_tokens = cJSON_IsNumber(used) ? used->valueint : -1;
     if (!answer && st > 0) snprintf(err, err_len, "%s%s: HTTP %ld: %.200s", url, endpoint, st, b.data);
     cJSON_Delete(resp);
     free(b.data);
     return answer;
 }
 
+/* The tokens of p's whole prompt as the server counts them (vLLM's /tokenize,
+ * with the messages rendered as chat completions render them), or -1 when the
+ * server cannot say. */
+static int golden_prompt_count(const char *url, const char *model, const cJSON *p) {
+    const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
+    bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "model", model ? model : "");
+    if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
+    else cJSON_AddItemToObject(req, "prompt", cJSON_Duplicate(cJSON_GetObjectItem(p, "prompt"), 1));
+    char *body = cJSON_PrintUnformatted(req), err[256];
+    cJSON_Delete(req);
+    cli_buf_t b;
+    long st = http(url, "/tokenize", body, &b, err, sizeof err);
+    free(body);
+    cJSON *resp = st == 200 ? cJSON_Parse(b.data) : NULL;
+    const cJSON *count = cJSON_GetObjectItem(resp, "count");
+    int n = cJSON_IsNumber(count) ? count->valueint : -1;
+    cJSON_Delete(resp);
+    free(b.data);
+    return n;
+}
+
 /* Replays a golden file's prompts ({"prompts": [{"prompt" or "messages",
  * "max_tokens", "output"}]}) with golden_answer. record: writes the answers
  * into it. Else a prompt whose answer differs from its "output" is asked
  * again: a second answer unlike the first makes it unstable (sampling, not a
- * changed model). Returns the number of prompts (mismatches in *bad, unstable
- * ones in *unstable), or -1 with err. */
+ * changed model). A prompt the server counted fewer tokens of than /tokenize
+ * says it has was truncated (truncate_prompt_tokens: its start is gone).
+ * Returns the number of prompts (mismatches in *bad, unstable ones in
+ * *unstable, truncated ones in *truncated), or -1 with err. */
 static int golden(const char *url, const char *path, const cJSON *fields, bool record, int *bad, int *unstable,
-                  char *err, size_t err_len) {
+                  int *truncated, char *err, size_t err_len) {
     char *text = read_tail(path, (size_t)16 << 20, err, err_len);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
@@ -323,7 +353,7 @@ static int golden(const char *url, const char *path, const cJSON *fields, bool r
     }
     char *model = served_model(url);
     int n = 0, rc = 0;
-    *bad = *unstable = 0;
+    *bad = *unstable = *truncated = 0;
     cJSON *p;
     cJSON_ArrayForEach(p, prompts) {
         const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *msgs = cJSON_GetObjectItem(p, "messages");
@@ -335,7 +365,8 @@ static int golden(const char *url, const char *path, const cJSON *fields, bool r
             rc = -1;
             break;
         }
-        char *got = golden_answer(url, model, p, fields, err, err_len);
+        int used, used2;
+        char *got = golden_answer(url, model, p, fields, &used, err, err_len);
         if (!got) {
             rc = -1;
         } else if (record) {
@@ -343,10 +374,14 @@ static int golden(const char *url, const char *path, const cJSON *fields, bool r
             cJSON_AddStringToObject(p, "output", got);
         } else if (strcmp(got, want->valuestring)) {
             (*bad)++;
-            char *again = golden_answer(url, model, p, fields, err, err_len);
+            char *again = golden_answer(url, model, p, fields, &used2, err, err_len);
             if (!again) rc = -1;
             else if (strcmp(again, got)) (*unstable)++;
             free(again);
+        }
+        if (got && !record && used >= 0) {
+            int whole = golden_prompt_count(url, model, p);
+            *truncated += whole >= 0 && used < whole;
         }
         free(got);
         if (rc) break;
@@ -540,11 +575,11 @@ int cli_diagnose(int argc, char **argv) {
     char *last_text = NULL, *log_tail = NULL;
     cJSON *base_json = NULL, *report = NULL;
     diag_measures_t base;
-    diag_extra_t extra = {-1, -1, -1, 0, 0, 0};
+    diag_extra_t extra = {-1, -1, -1, 0, 0, 0, 0};
 
     if (a.record_golden) {
-        int bad, unstable;
-        int k = golden(a.url, a.record_golden, a.golden_request, true, &bad, &unstable, err, sizeof err);
+        int bad, unstable, truncated;
+        int k = golden(a.url, a.record_golden, a.golden_request, true, &bad, &unstable, &truncated, err, sizeof err);
         if (k >= 0) fprintf(stderr, "servelab diagnose: recorded %d outputs into %s\n", k, a.record_golden);
         status = k >= 0 ? 0 : 1;
         goto out;
@@ -567,8 +602,10 @@ int cli_diagnose(int argc, char **argv) {
     snaps = a.prometheus ? query_prometheus(&a, &n, err, sizeof err) : scrape(&a, &n, &last_text, err, sizeof err);
     if (!snaps) goto out;
     if (a.golden) {
-        int bad = 0, unstable = 0, k = golden(a.url, a.golden, a.golden_request, false, &bad, &unstable, err, sizeof err);
+        int bad = 0, unstable = 0, truncated = 0;
+        int k = golden(a.url, a.golden, a.golden_request, false, &bad, &unstable, &truncated, err, sizeof err);
         if (k < 0) goto out;
+        extra.golden_truncated = truncated;
         extra.golden_prompts = k;
         extra.golden_mismatches = bad;
         extra.golden_unstable = unstable;

@@ -329,6 +329,7 @@ void diag_measure(const prom_snapshot_t *snaps, int n, double expected_inflight,
         m->v[DM_golden_prompts] = extra->golden_prompts;
         m->v[DM_golden_mismatches] = extra->golden_mismatches;
         m->v[DM_golden_unstable] = extra->golden_unstable;
+        m->v[DM_golden_truncated] = extra->golden_truncated;
     }
 }
 
@@ -408,6 +409,17 @@ static double r_output_regression(rule_ctx_t *c) {
     ev(c, DM_golden_prompts);
     double bad = ev(c, DM_golden_mismatches) - fmax(0, M(c, DM_golden_unstable));
     return bad >= 1 ? 1 + bad / fmax(1, M(c, DM_golden_prompts)) : 0;
+}
+
+/* The server saw fewer tokens of a golden prompt than the prompt has: it was
+ * truncated, its start dropped (seed 000: "Truncation → prompt + max_tokens
+ * exceeds context window; it silently drops the start"; vLLM does it to a
+ * request with truncate_prompt_tokens, with no error and no log line). */
+static double r_truncated(rule_ctx_t *c) {
+    ev(c, DM_golden_prompts);
+    ev(c, DM_golden_mismatches);
+    double cut = ev(c, DM_golden_truncated);
+    return cut >= 1 ? 1 + cut / fmax(1, M(c, DM_golden_prompts)) : 0;
 }
 
 /* The same prompt gives a different answer from one replay to the next (seed
@@ -637,6 +649,12 @@ static const rule_t rules[] = {
       "(seed 000)",
       "Back --gpu-memory-utilization off to 0.85-0.90 to leave room for activation spikes (seed 000)",
       "Set a hard max output tokens so a runaway generation cannot grow KV unbounded (seed 000)"}},
+    {"prompt_truncated", "prompts reach the model cut short: their start is dropped", r_truncated, false,
+     {"Budget tokens: prompt + max_tokens must fit the context window, or the start goes silently (seed 000); "
+      "compare usage.prompt_tokens with what the client sent",
+      "Drop truncate_prompt_tokens (or raise it), or trim a long history from its middle, keeping the system "
+      "prompt and the question",
+      "If the prompts are meant to be that long, serve a longer --max-model-len"}},
     {"nondeterministic_output", "the same prompt gives a different answer each time: sampling", r_nondeterministic,
      false,
      {"Sampling is stochastic: send temperature 0 (greedy) in reproducibility tests, or a seed with the sampled "

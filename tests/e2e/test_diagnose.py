@@ -377,6 +377,12 @@ def smollm_cases(a, tmp, rep):
         check(1 <= m["golden_unstable"] <= m["golden_mismatches"], f"unstable answers counted: {m}")
         check(not any(r["cause"] == "output_regression" for r in report["ranked"]),
               "answers that change on each replay are not an output regression")
+        # A client's token budget that cuts the prompts: the server counts fewer tokens than /tokenize.
+        report = diagnose(a, srv, 1, "--golden", golden, "--golden-request", '{"truncate_prompt_tokens": 3}')
+        expect(report, "prompt_truncated", "truncate_prompt_tokens 3")
+        check(report["metrics"]["golden_truncated"] == 2, f"both prompts cut: {report['metrics']['golden_truncated']}")
+        report = diagnose(a, srv, 1, "--golden", golden, "--golden-request", '{"truncate_prompt_tokens": 64}')
+        expect(report, "healthy", "truncate_prompt_tokens above the prompts' length cuts nothing")
         p = subprocess.run([a.servelab, "diagnose", "--url", srv.base, "--golden", golden, "--golden-request", "[1]"],
                            capture_output=True, text=True, timeout=30)
         check(p.returncode == 2 and "--golden-request must be a JSON object" in p.stderr,

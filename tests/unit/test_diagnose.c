@@ -220,6 +220,7 @@ static void test_rules_without_baseline_fire_on_their_thresholds(void) {
         {"engine_errors", DM_finished_error_share, DM_requests_finished, 0.05, 100, 0.04, 100},
         {"output_regression", DM_golden_mismatches, DM_golden_prompts, 1, 4, 0, 4},
         {"nondeterministic_output", DM_golden_unstable, DM_golden_mismatches, 1, 1, 0, 1},
+        {"prompt_truncated", DM_golden_truncated, DM_golden_prompts, 1, 4, 0, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         diag_measures_t m = blank();
@@ -250,6 +251,10 @@ static void test_rules_without_baseline_fire_on_their_thresholds(void) {
     m.v[DM_golden_unstable] = 0;
     CHECK(!strcmp(top(&m, NULL, "nondeterministic_output", &fired), "output_regression"));
     CHECK(!fired);
+    /* Answers changed because the prompts were cut: the cut ranks first. */
+    m.v[DM_golden_truncated] = 4;
+    CHECK(!strcmp(top(&m, NULL, "output_regression", &fired), "prompt_truncated"));
+    CHECK(fired);
 }
 
 static void test_rules_against_a_baseline(void) {
