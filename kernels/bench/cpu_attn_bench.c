@@ -15,24 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "cpu_bench.h"
 #include "cpu_isa.h"
 #include "ops_cpu.h"
 #include "servelab/core.h"
 #include "servelab/dtype.h"
 #include "servelab/parallel.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static uint64_t rng_state = 88172645463325252ull;
 static float rnd(void) {
@@ -67,15 +56,10 @@ static double run(sl_dtype_t kv, int64_t S, int64_t n_q, int64_t ctx, int64_t H,
     }
     qs[S] = (int32_t)T;
     *kv_bytes = 2.0 * (double)dtype_size(kv) * (double)(S * ctx * Hkv * D);
-    double *t = sl_malloc((size_t)reps * sizeof *t);
-    for (int r = -1; r < reps; r++) {
-        double t0 = now_s();
-        cpu_attention_kv(out, q, kc, vc, kv, pos, qs, bt, S, blocks, T, H, Hkv, D, B, 1.0f / sqrtf((float)D));
-        if (r >= 0) t[r] = now_s() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    double med = t[reps / 2];
-    free(kc), free(vc), free(q), free(out), free(pos), free(qs), free(bt), free(t);
+    double med;
+    CPU_BENCH_MEDIAN(med, reps, 1,
+                     cpu_attention_kv(out, q, kc, vc, kv, pos, qs, bt, S, blocks, T, H, Hkv, D, B, 1.0f / sqrtf((float)D)));
+    free(kc), free(vc), free(q), free(out), free(pos), free(qs), free(bt);
     return med;
 }
 

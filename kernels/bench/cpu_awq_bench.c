@@ -12,37 +12,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "cpu_bench.h"
 #include "cpu_isa.h"
 #include "ops_cpu.h"
 #include "servelab/core.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median seconds per call over `reps` calls (after a few warm-up calls). */
-#define TIME_MEDIAN(result, reps, call)                                    \
-    do {                                                                   \
-        double *t_ = sl_malloc((size_t)(reps) * sizeof *t_);               \
-        for (int w_ = 0; w_ < 10; w_++) call;                              \
-        for (int r_ = 0; r_ < (reps); r_++) {                              \
-            double t0_ = now_s();                                          \
-            call;                                                          \
-            t_[r_] = now_s() - t0_;                                        \
-        }                                                                  \
-        qsort(t_, (size_t)(reps), sizeof *t_, cmp_double);                 \
-        (result) = t_[(reps) / 2];                                         \
-        free(t_);                                                          \
-    } while (0)
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint32_t rng(void) {
@@ -81,8 +55,8 @@ int main(int argc, char **argv) {
         for (int threads = 1; threads <= 2; threads++) {
             parallel_set_threads(threads);
             double ta, tb;
-            TIME_MEDIAN(ta, n_calls, cpu_linear_awq_packed(out, x, pa, 1, N, K, G));
-            TIME_MEDIAN(tb, n_calls, cpu_linear_bf16_packed(out, x, pb, 1, N, K));
+            CPU_BENCH_MEDIAN(ta, n_calls, 10, cpu_linear_awq_packed(out, x, pa, 1, N, K, G));
+            CPU_BENCH_MEDIAN(tb, n_calls, 10, cpu_linear_bf16_packed(out, x, pb, 1, N, K));
             printf("%6lld %6lld %4lld %3d | %10.1f %8.1f | %10.1f %8.1f | %.2fx\n", (long long)N, (long long)K,
                    (long long)G, threads, ta * 1e6, (double)awq_bytes / ta * 1e-9, tb * 1e6,
                    (double)bf16_bytes / tb * 1e-9, tb / ta);
