@@ -265,6 +265,18 @@ static char *served_model(const char *url) {
     return id;
 }
 
+/* {"model", "messages"} or {"model", "prompt"}: golden prompt p as a request
+ * body's start, for the completions endpoints and for /tokenize alike. */
+static cJSON *golden_prompt_body(const char *model, const cJSON *p, bool *chat) {
+    const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
+    *chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "model", model ? model : "");
+    if (*chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
+    else cJSON_AddItemToObject(req, "prompt", cJSON_Duplicate(cJSON_GetObjectItem(p, "prompt"), 1));
+    return req;
+}
+
 /* One golden prompt's answer: p's "prompt" through /v1/completions or its
  * "messages" (OpenAI chat messages) through /v1/chat/completions, so the
  * server's chat template is part of what is checked; temperature 0 and seed 0
@@ -274,13 +286,9 @@ static char *served_model(const char *url) {
  * is the response's usage.prompt_tokens (-1: none). */
 static char *golden_answer(const char *url, const char *model, const cJSON *p, const cJSON *fields,
                            int *prompt_tokens, char *err, size_t err_len) {
-    const cJSON *prompt = cJSON_GetObjectItem(p, "prompt"), *mt = cJSON_GetObjectItem(p, "max_tokens");
-    const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
-    bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
-    cJSON *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(req, "model", model ? model : "");
-    if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
-    else cJSON_AddStringToObject(req, "prompt", prompt->valuestring);
+    const cJSON *mt = cJSON_GetObjectItem(p, "max_tokens");
+    bool chat;
+    cJSON *req = golden_prompt_body(model, p, &chat);
     cJSON_AddNumberToObject(req, "max_tokens", cJSON_IsNumber(mt) ? mt->valuedouble : 32);
     cJSON_AddNumberToObject(req, "temperature", 0);
     cJSON_AddNumberToObject(req, "seed", 0);
@@ -310,14 +318,12 @@ static char *golden_answer(const char *url, const char *model, const cJSON *p, c
 
 /* The tokens of p's whole prompt as the server counts them (vLLM's /tokenize,
  * with the messages rendered as chat completions render them), or -1 when the
- * server cannot say. */
+ * server cannot say. Only the prompt goes: a --golden-request that changes the
+ * rendering itself (add_special_tokens, chat_template_kwargs) would move the
+ * count too, and read as a cut. */
 static int golden_prompt_count(const char *url, const char *model, const cJSON *p) {
-    const cJSON *msgs = cJSON_GetObjectItem(p, "messages");
-    bool chat = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
-    cJSON *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(req, "model", model ? model : "");
-    if (chat) cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(msgs, 1));
-    else cJSON_AddItemToObject(req, "prompt", cJSON_Duplicate(cJSON_GetObjectItem(p, "prompt"), 1));
+    bool chat;
+    cJSON *req = golden_prompt_body(model, p, &chat);
     char *body = cJSON_PrintUnformatted(req), err[256];
     cJSON_Delete(req);
     cli_buf_t b;
