@@ -4,7 +4,8 @@
 #                                  the packages tools/import-gguf needs (make run)
 #   scripts/install-deps.sh test   all of run, plus what the tests use: clang and its fuzzing
 #                                  runtime, Prometheus, Chromium (the lab page's browser test),
-#                                  nginx (the lab scenarios' gateway and load balancer),
+#                                  nginx (the lab scenarios' gateway and load balancer) and its
+#                                  Prometheus exporter,
 #                                  sentencepiece's trainer (tools/make_model.py),
 #                                  the openai, tokenizers and jsonschema packages (make test; the
 #                                  default)
@@ -18,7 +19,7 @@ apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsen
 # Python packages: module name -> pip requirement. gguf brings numpy.
 declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
 if [ "$what" = test ]; then
-    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus chromium nginx-light)
+    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus prometheus-nginx-exporter chromium nginx-light)
     py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20" [jsonschema]="jsonschema>=4.18")
 fi
 

@@ -16,7 +16,12 @@
  * Synthetic text is made of token ids drawn from the tokens of a fixed English word list
  * (tokenized by the server once), not from the whole vocabulary as vLLM does: the
  * vocabulary size is not something an OpenAI server tells, and real words survive a
- * detokenize/tokenize round trip far more often than arbitrary byte pieces. Exact
+ * detokenize/tokenize round trip far more often than arbitrary byte pieces. Where the
+ * tokenizer has at least POOL_WHOLE_MIN words of the list as one token each (a token
+ * whose pair [t, t] detokenizes to "word word"), only those are drawn: pieces inside a
+ * word (SentencePiece's "en" of "▁gard" "en") merge with their neighbours when the text is
+ * tokenized again, whole words do not, so one round trip is exact and sizing 1,000 long
+ * prompts costs one pass through the server's tokenizer instead of two. Exact
  * lengths: ids -> /detokenize -> text -> /tokenize; if the count is off, cut or extend
  * the new ids and go round again (at most 8 rounds, all prompts batched per round), then
  * a warning with the total mismatch, as vLLM prints. Text prompts go to both backends;
@@ -181,6 +186,44 @@ static int text_samples(const bench_server_t *s, int64_t n, shape_t *const *head
     return m < 0 ? -1 : 0;
 }
 
+#define POOL_WHOLE_MIN 16
+
+/* Narrows the pool to the tokens that are a whole word of WORDS (see the header), when there
+ * are at least POOL_WHOLE_MIN of them; otherwise, or when the server cannot say, leaves it. */
+static void keep_whole_words(const bench_server_t *s, pool_t *pool) {
+    const int64_t n = pool->n;
+    int32_t **pairs = sl_malloc((size_t)pool->n * sizeof *pairs);
+    int64_t *two = sl_malloc((size_t)pool->n * sizeof *two);
+    char **texts = sl_calloc((size_t)pool->n, sizeof *texts);
+    for (int64_t i = 0; i < pool->n; i++) {
+        pairs[i] = sl_malloc(2 * sizeof **pairs);
+        pairs[i][0] = pairs[i][1] = pool->ids[i];
+        two[i] = 2;
+    }
+    sl_err_t err;
+    int64_t k = 0;
+    int32_t *whole = sl_malloc((size_t)pool->n * sizeof *whole);
+    if (bench_detokenize(s, pairs, two, pool->n, texts, &err) == 0) {
+        for (int64_t i = 0; i < pool->n; i++) {
+            const char *t = texts[i] + strspn(texts[i], " ");
+            const size_t w = strcspn(t, " ");
+            if (w == 0 || t[w] != ' ' || strlen(t + w + 1) != w || strncmp(t, t + w + 1, w)) continue;
+            for (const char *p = WORDS; *p; p += strcspn(p, " "), p += *p == ' ')
+                if (strcspn(p, " ") == w && !strncmp(p, t, w)) {
+                    whole[k++] = pool->ids[i];
+                    break;
+                }
+        }
+        for (int64_t i = 0; i < pool->n; i++) free(texts[i]);
+    }
+    if (k >= POOL_WHOLE_MIN) {
+        memcpy(pool->ids, whole, (size_t)k * sizeof *whole);
+        pool->n = k;
+    }
+    for (int64_t i = 0; i < n; i++) free(pairs[i]);
+    free(pairs), free(two), free(texts), free(whole);
+}
+
 static int make_pool(const bench_server_t *s, pool_t *pool, int64_t *n_special, sl_err_t *err) {
     char *words = (char *)WORDS, *empty = "";
     int32_t *ids = NULL;
@@ -198,6 +241,7 @@ static int make_pool(const bench_server_t *s, pool_t *pool, int64_t *n_special, 
     }
     pool->ids = ids;
     pool->n = k;
+    keep_whole_words(s, pool);
     return 0;
 }
 

@@ -26,8 +26,10 @@
  * With --prometheus each phase is also watched by a real Prometheus (the `prometheus` binary on
  * PATH), scraping the phase's server every second and evaluating tools/prometheus/alerts.yml
  * with its windows made seconds long (scenario_shorten_rules: [5m] -> [10s], for -> 3s, as
- * tests/e2e/test_alerts.py loads them); the phase then holds its load PROM_HOLD_S after the
- * faults are set, and the alerts that reached "firing" are recorded. The alerts agree when the
+ * tests/e2e/test_alerts.py loads them); a phase with nginx in front also runs
+ * nginx-prometheus-exporter on the proxy's stub_status, scraped too (the gateway's requests in
+ * flight, which VLLMUpstreamBottleneck compares with the engine's). The phase then holds its load
+ * PROM_HOLD_S after the faults are set, and the alerts that reached "firing" are recorded. The alerts agree when the
  * baseline fired none, the incident fired the rule whose cause label is the expected cause (when
  * a rule has it), every alert the incident fired names a cause the diagnoser also found, and the
  * remedy did not fire the expected cause's rule.
@@ -471,6 +473,8 @@ typedef struct {
     char *rules;           /* SCN_ALERT_RULES, shortened */
 } prom_cfg_t;
 
+#define NGINX_EXPORTER "prometheus-nginx-exporter" /* Debian's name of nginx-prometheus-exporter */
+
 typedef struct {
     pid_t pid;
     char base[64];
@@ -512,18 +516,22 @@ static int write_text(const char *path, const char *text) {
     return rc;
 }
 
-/* Starts a Prometheus scraping 127.0.0.1:target_port every second with the shortened rules, in
- * its own directory under tmp; 0 once it is ready, or -1 with err. */
+/* Starts a Prometheus scraping 127.0.0.1:target_port (job servelab) and, when gateway_port is
+ * not 0, the gateway's exporter there (job nginx), every second with the shortened rules, in its
+ * own directory under tmp; 0 once it is ready, or -1 with err. */
 static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *phase, const char *tmp,
-                      int target_port, prom_t *pr, char *err, size_t cap) {
+                      int target_port, int gateway_port, prom_t *pr, char *err, size_t cap) {
     char dir[512], path[640], cfg_arg[700], data_arg[700], listen_arg[64], log[640];
     snprintf(dir, sizeof dir, "%s/%.64s-%s-prometheus", tmp, s->name, phase);
     snprintf(path, sizeof path, "%s/prometheus.yml", dir);
-    char conf[512];
-    snprintf(conf, sizeof conf,
-             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - alerts.yml\n"
-             "scrape_configs:\n  - job_name: servelab\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
-             target_port);
+    char conf[640];
+    int at = snprintf(conf, sizeof conf,
+                      "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - alerts.yml\n"
+                      "scrape_configs:\n  - job_name: servelab\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
+                      target_port);
+    if (gateway_port)
+        snprintf(conf + at, sizeof conf - (size_t)at,
+                 "  - job_name: nginx\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n", gateway_port);
     char rules_path[640];
     snprintf(rules_path, sizeof rules_path, "%s/alerts.yml", dir);
     if ((mkdir(dir, 0755) && errno != EEXIST) || write_text(path, conf) || write_text(rules_path, cfg->rules)) {
@@ -667,7 +675,7 @@ static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t
         if (api) put_directives(f, &setup->proxy, 'l', "            ");
         fprintf(f, "        }\n");
     }
-    fprintf(f, "    }\n}\n");
+    fprintf(f, "        location = /stub_status {\n            stub_status;\n        }\n    }\n}\n");
     if (fclose(f)) {
         snprintf(err, cap, "cannot write %s: %s", conf, strerror(errno));
         return -1;
@@ -685,6 +693,35 @@ static int proxy_start(const scenario_t *s, const char *phase, const scn_setup_t
     snprintf(err, cap, "nginx did not start proxying (its log: %s)", log);
     stop_process(px->pid, 5);
     px->pid = -1;
+    return -1;
+}
+
+/* Starts nginx-prometheus-exporter (Debian: prometheus-nginx-exporter) on a free port, reading
+ * the proxy's stub_status: the gateway's requests in flight, as a gateway's monitoring sees them
+ * (VLLMUpstreamBottleneck). Its port, once /metrics answers, or -1 with err. */
+static int exporter_start(const scenario_t *s, const char *phase, const proxy_t *px, const char *tmp, pid_t *pid,
+                          char *err, size_t cap) {
+    char exe[4096];
+    *pid = -1;
+    if (find_in_path(NGINX_EXPORTER, exe, sizeof exe)) {
+        snprintf(err, cap, "--prometheus watches the scenario's gateway with " NGINX_EXPORTER
+                           ", not on PATH (Debian: apt-get install " NGINX_EXPORTER ")");
+        return -1;
+    }
+    const int port = free_port();
+    char uri[128], listen[64], log[640], base[64];
+    snprintf(uri, sizeof uri, "--nginx.scrape-uri=%s/stub_status", px->base);
+    snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", port);
+    snprintf(log, sizeof log, "%s/%.64s-%s-nginx-exporter.log", tmp, s->name, phase);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    char *argv[] = {exe, uri, listen, NULL};
+    *pid = port > 0 ? spawn(argv, log) : -1;
+    for (double end = sl_now_s() + 30; *pid > 0 && sl_now_s() < end && waitpid(*pid, NULL, WNOHANG) == 0;
+         usleep(50000))
+        if (http(base, "/metrics", NULL, NULL, NULL) == 200) return port;
+    snprintf(err, cap, NGINX_EXPORTER " did not start (its log: %s)", log);
+    stop_process(*pid, 5);
+    *pid = -1;
     return -1;
 }
 
@@ -744,13 +781,15 @@ typedef struct {
     pid_t server[SCN_MAX_REPLICAS];
     int n_servers;
     proxy_t proxy;
+    pid_t exporter; /* the gateway's, with --prometheus */
     prom_t prom;
 } procs_t;
 
 static void stop_all(procs_t *ps) {
+    stop_process(ps->prom.pid, 10);
+    stop_process(ps->exporter, 5);
     stop_process(ps->proxy.pid, 10);
     for (int i = 0; i < ps->n_servers; i++) stop_process(ps->server[i], 30);
-    stop_process(ps->prom.pid, 10);
 }
 
 /* Starts servelab serve on a free port (*port, its URL in base) with the setup's flags (the first
@@ -797,7 +836,7 @@ static int start_server(const scenario_t *s, const char *name, const scn_setup_t
 static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
                       const char *baseline_report, const char *golden_of, const prom_cfg_t *prom, phase_t *p) {
     memset(p, 0, sizeof *p);
-    procs_t ps = {.proxy.pid = -1, .prom.pid = -1};
+    procs_t ps = {.proxy.pid = -1, .exporter = -1, .prom.pid = -1};
     char base[64], log[512], load_log[512], window[32];
     /* tmp is short (mkdtemp's /tmp/servelab-scenario-XXXXXX) and names are file names. */
     snprintf(log, sizeof log, "%s/%.64s-%s-serve.log", tmp, s->name, name);
@@ -831,8 +870,16 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         load_base = ps.proxy.base;
     }
     if (prom) {
+        int gateway = 0;
+        if (setup->proxied) {
+            progress(s, name, "starting " NGINX_EXPORTER " (the gateway's metrics)");
+            if ((gateway = exporter_start(s, name, &ps.proxy, tmp, &ps.exporter, p->err, sizeof p->err)) < 0) {
+                stop_all(&ps);
+                return;
+            }
+        }
         progress(s, name, "starting Prometheus (the alert rules, windows of seconds)");
-        if (prom_start(prom, s, name, tmp, ports[0], &ps.prom, p->err, sizeof p->err)) {
+        if (prom_start(prom, s, name, tmp, ports[0], gateway, &ps.prom, p->err, sizeof p->err)) {
             stop_all(&ps);
             return;
         }

@@ -55,7 +55,8 @@ NAME = "tiny"
 ADMIN = "alerts-admin-key"
 WINDOW, FOR = "10s", "3s"
 ALL_ALERTS = {"VLLMQueueing", "VLLMKVCachePressure", "VLLMPreemptions", "VLLMRunawayGeneration",
-              "VLLMEngineStalled", "VLLMHighErrorRate", "VLLMTTFTRegression", "VLLMITLRegression"}
+              "VLLMUpstreamBottleneck", "VLLMEngineStalled", "VLLMHighErrorRate", "VLLMTTFTRegression",
+              "VLLMITLRegression"}
 
 
 def free_port():
@@ -256,8 +257,8 @@ def main():
         prom = Prometheus(tmp, [s.instance for s in servers.values()], rule_files)
         groups = prom.api("rules")["groups"]
         loaded = {r["name"] for g in groups for r in g["rules"]}
-        check("Prometheus loaded the 8 alerts and 17 recording rules",
-              len(loaded) == 25 and ALL_ALERTS <= loaded, sorted(loaded))
+        check("Prometheus loaded the 9 alerts and 17 recording rules",
+              len(loaded) == 26 and ALL_ALERTS <= loaded, sorted(loaded))
 
         servers["queueing"].fault("step_delay", ms=100)
         servers["runaway"].fault("suppress_eos")
