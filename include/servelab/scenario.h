@@ -86,8 +86,11 @@ bool scenario_remedy_is_baseline(const scenario_t *s);
 
 /* Alert rules for a run of seconds (`scenario run --prometheus`): the rule file's text with every
  * range [5m] and subquery [5m:] made [window] and [window:], and every `for: D` made `for: hold`
- * (the rules' logic unchanged: shares over the window, as tests/e2e/test_alerts.py loads them).
- * NULL (with err) when the text has another range, which would need its own shortening. */
-char *scenario_shorten_rules(const char *text, const char *window, const char *hold, char *err, size_t err_len);
+ * (the rules' logic unchanged: shares over the window, as tests/e2e/test_alerts.py loads them);
+ * with earlier (a duration, or NULL to leave them), every `offset D` made `offset earlier`: "an
+ * hour ago" becomes the baseline phase's time. NULL (with err) when the text has another range,
+ * which would need its own shortening. */
+char *scenario_shorten_rules(const char *text, const char *window, const char *hold, const char *earlier, char *err,
+                             size_t err_len);
 
 #endif

@@ -26,7 +26,9 @@
  * With --prometheus each phase is also watched by a real Prometheus (the `prometheus` binary on
  * PATH), scraping the phase's server every second and evaluating tools/prometheus/alerts.yml
  * with its windows made seconds long (scenario_shorten_rules: [5m] -> [10s], for -> 3s, as
- * tests/e2e/test_alerts.py loads them); a phase with nginx in front also runs
+ * tests/e2e/test_alerts.py loads them); the incident's and the remedy's start on a copy of the
+ * baseline's data, with the same target labels, and `offset 1h` made the time since the
+ * baseline's started, so the rules that compare with an hour earlier compare with the baseline; a phase with nginx in front also runs
  * nginx-prometheus-exporter on the proxy's stub_status, scraped too (the gateway's requests in
  * flight, which VLLMUpstreamBottleneck compares with the engine's). The phase then holds its load
  * PROM_HOLD_S after the faults are set, and the alerts that reached "firing" are recorded. The alerts agree when the
@@ -360,6 +362,8 @@ typedef struct {
     int n_replicas;       /* servers behind the proxy (1 without one) */
     double served[SCN_MAX_REPLICAS]; /* the requests each finished over diagnose's window */
     char bench_path[512]; /* with gates: the result of the phase's gate run (bench serve --save-result) */
+    char prom_data[512];  /* --prometheus: its Prometheus's TSDB, the history of the phases after it */
+    double prom_t0;       /* when that Prometheus started (sl_now_s) */
 } phase_t;
 
 static void progress(const scenario_t *s, const char *phase, const char *what) {
@@ -470,7 +474,7 @@ static int run_warmup(const scenario_t *s, const char *name, const char *base, c
 
 typedef struct {
     char exe[4096];        /* the prometheus binary */
-    char *rules;           /* SCN_ALERT_RULES, shortened */
+    char *rules;           /* SCN_ALERT_RULES as committed (each phase shortens it) */
 } prom_cfg_t;
 
 #define NGINX_EXPORTER "prometheus-nginx-exporter" /* Debian's name of nginx-prometheus-exporter */
@@ -516,31 +520,68 @@ static int write_text(const char *path, const char *text) {
     return rc;
 }
 
-/* Starts a Prometheus scraping 127.0.0.1:target_port (job servelab) and, when gateway_port is
- * not 0, the gateway's exporter there (job nginx), every second with the shortened rules, in its
- * own directory under tmp; 0 once it is ready, or -1 with err. */
+/* Copies the directory from to the new directory to (cp -a); 0, or -1. */
+static int copy_dir(const char *from, const char *to) {
+    char *argv[] = {"cp", "-a", (char *)from, (char *)to, NULL};
+    pid_t pid;
+    int status;
+    if (posix_spawnp(&pid, "cp", NULL, NULL, argv, environ)) return -1;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Starts the phase's Prometheus in its own directory under tmp: it scrapes 127.0.0.1:target_port
+ * (job servelab) and, when gateway_port is not 0, the gateway's exporter there (job nginx), every
+ * second, and evaluates the shortened rules. Every phase labels its targets alike (instance: the
+ * scenario whose baseline it is compared with, and its "-gateway"), so a phase after the baseline
+ * starts on a copy of the baseline's TSDB and its series continue the baseline's: the rules that
+ * compare with an hour earlier (`offset 1h`: VLLMTTFTRegression, VLLMITLRegression) compare with
+ * the baseline, the offset made the time since the baseline's Prometheus started at the same point
+ * of its phase. The baseline's own rules keep `offset 1h`: no data, no regression. 0 once it is
+ * ready (p->prom_data, p->prom_t0 set), or -1 with err. */
 static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *phase, const char *tmp,
-                      int target_port, int gateway_port, prom_t *pr, char *err, size_t cap) {
-    char dir[512], path[640], cfg_arg[700], data_arg[700], listen_arg[64], log[640];
+                      const char *baseline_of, const phase_t *base, int target_port, int gateway_port, prom_t *pr,
+                      phase_t *p, char *err, size_t cap) {
+    char dir[400], path[640], cfg_arg[700], data_arg[700], listen_arg[64], log[640];
     snprintf(dir, sizeof dir, "%s/%.64s-%s-prometheus", tmp, s->name, phase);
     snprintf(path, sizeof path, "%s/prometheus.yml", dir);
-    char conf[640];
+    snprintf(p->prom_data, sizeof p->prom_data, "%s/data", dir);
+    char conf[1024];
     int at = snprintf(conf, sizeof conf,
                       "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - alerts.yml\n"
-                      "scrape_configs:\n  - job_name: servelab\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
-                      target_port);
+                      "scrape_configs:\n  - job_name: servelab\n    static_configs:\n"
+                      "      - targets: ['127.0.0.1:%d']\n        labels: {instance: '%.64s'}\n",
+                      target_port, baseline_of);
     if (gateway_port)
         snprintf(conf + at, sizeof conf - (size_t)at,
-                 "  - job_name: nginx\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n", gateway_port);
-    char rules_path[640];
+                 "  - job_name: nginx\n    static_configs:\n"
+                 "      - targets: ['127.0.0.1:%d']\n        labels: {instance: '%.64s-gateway'}\n",
+                 gateway_port, baseline_of);
+    char rules_path[640], earlier[32];
     snprintf(rules_path, sizeof rules_path, "%s/alerts.yml", dir);
-    if ((mkdir(dir, 0755) && errno != EEXIST) || write_text(path, conf) || write_text(rules_path, cfg->rules)) {
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        snprintf(err, cap, "cannot make %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    const bool history = base && base->prom_data[0];
+    if (history && copy_dir(base->prom_data, p->prom_data)) {
+        snprintf(err, cap, "cannot copy the baseline's Prometheus data %.400s to %.400s", base->prom_data,
+                 p->prom_data);
+        return -1;
+    }
+    p->prom_t0 = sl_now_s();
+    snprintf(earlier, sizeof earlier, "%.0fs", history ? ceil(p->prom_t0 - base->prom_t0) : 0.0);
+    char rerr[256];
+    char *rules = scenario_shorten_rules(cfg->rules, PROM_WINDOW, PROM_FOR, history ? earlier : NULL, rerr, sizeof rerr);
+    SL_ASSERT(rules != NULL); /* shortened once when --prometheus was read */
+    const int wrote = write_text(path, conf) || write_text(rules_path, rules);
+    free(rules);
+    if (wrote) {
         snprintf(err, cap, "cannot write the Prometheus configuration in %s: %s", dir, strerror(errno));
         return -1;
     }
     const int port = free_port();
     snprintf(cfg_arg, sizeof cfg_arg, "--config.file=%s", path);
-    snprintf(data_arg, sizeof data_arg, "--storage.tsdb.path=%s/data", dir);
+    snprintf(data_arg, sizeof data_arg, "--storage.tsdb.path=%s", p->prom_data);
     snprintf(listen_arg, sizeof listen_arg, "--web.listen-address=127.0.0.1:%d", port);
     snprintf(log, sizeof log, "%s/prometheus.log", dir);
     char *argv[] = {(char *)cfg->exe, cfg_arg, data_arg, listen_arg, "--log.level=warn", NULL};
@@ -831,10 +872,12 @@ static int start_server(const scenario_t *s, const char *name, const scn_setup_t
     return up ? 0 : -1;
 }
 
-/* One phase of s: `golden_of` names the scenario whose baseline recorded the golden answers
- * (s's own, or the one whose baseline s shares). */
+/* One phase of s, compared with `against` (NULL: it is the baseline): `baseline_of` names the scenario
+ * whose baseline that is (s's own, or the one whose baseline s shares), which recorded the golden
+ * answers and whose Prometheus history the phase's continues. */
 static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *setup, const char *tmp,
-                      const char *baseline_report, const char *golden_of, const prom_cfg_t *prom, phase_t *p) {
+                      const phase_t *against, const char *baseline_of, const prom_cfg_t *prom, phase_t *p) {
+    const char *baseline_report = against ? against->report_path : NULL;
     memset(p, 0, sizeof *p);
     procs_t ps = {.proxy.pid = -1, .exporter = -1, .prom.pid = -1};
     char base[64], log[512], load_log[512], window[32];
@@ -879,7 +922,8 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
             }
         }
         progress(s, name, "starting Prometheus (the alert rules, windows of seconds)");
-        if (prom_start(prom, s, name, tmp, ports[0], gateway, &ps.prom, p->err, sizeof p->err)) {
+        if (prom_start(prom, s, name, tmp, baseline_of, against, ports[0], gateway, &ps.prom, p, p->err,
+                       sizeof p->err)) {
             stop_all(&ps);
             return;
         }
@@ -887,7 +931,7 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         prom_rule_for(&ps.prom, s->expect, p->expect_rule, sizeof p->expect_rule);
     }
     char golden[512], diag_out[512];
-    snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, golden_of);
+    snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, baseline_of);
     snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
     if (setup->warmup.n && run_warmup(s, name, load_base, &setup->warmup, tmp, p->err, sizeof p->err)) {
         stop_all(&ps);
@@ -1238,9 +1282,9 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pro
     } else {
         run_phase(s, "baseline", &s->baseline, tmp, NULL, s->name, prom, &r.base);
     }
-    const char *golden_of = shared ? shared_of : s->name;
+    const char *baseline_of = shared ? shared_of : s->name;
     if (r.base.ok) {
-        run_phase(s, "incident", &s->incident, tmp, r.base.report_path, golden_of, prom, &r.incident);
+        run_phase(s, "incident", &s->incident, tmp, &r.base, baseline_of, prom, &r.incident);
         if (remedy && s->remedy_text) {
             r.ran_remedy = true;
             if (scenario_remedy_is_baseline(s)) {
@@ -1248,7 +1292,7 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pro
                 r.remedy = r.base;
                 r.remedy.cause = sl_strdup(r.base.cause);
             } else {
-                run_phase(s, "remedy", &s->remedy, tmp, r.base.report_path, golden_of, prom, &r.remedy);
+                run_phase(s, "remedy", &s->remedy, tmp, &r.base, baseline_of, prom, &r.remedy);
             }
         }
     } else {
@@ -1338,10 +1382,14 @@ int cli_scenario(int argc, char **argv) {
                 fprintf(stderr, "servelab: error: argument --prometheus: no prometheus binary on PATH (Debian: "
                                 "apt-get install prometheus)\n");
                 rc = 2;
-            } else if (!text || !(prom.rules = scenario_shorten_rules(text, PROM_WINDOW, PROM_FOR, perr, sizeof perr))) {
+            } else if (!text || !(prom.rules = scenario_shorten_rules(text, PROM_WINDOW, PROM_FOR, "1s", perr,
+                                                                      sizeof perr))) {
                 fprintf(stderr, "servelab: error: argument --prometheus: %s: %s\n", SCN_ALERT_RULES,
                         text ? perr : "cannot read it (run from the repository's root)");
                 rc = 2;
+            } else {
+                free(prom.rules); /* it shortens: each phase shortens the text with its own offset */
+                prom.rules = text, text = NULL;
             }
             free(text);
         }

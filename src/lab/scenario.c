@@ -8,6 +8,7 @@
 #include "servelab/scenario.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -383,12 +384,21 @@ static size_t duration_len(const char *p) {
     return n && (p[n] == 's' || p[n] == 'm' || p[n] == 'h') ? n + 1 : 0;
 }
 
-char *scenario_shorten_rules(const char *text, const char *window, const char *hold, char *err, size_t err_len) {
+char *scenario_shorten_rules(const char *text, const char *window, const char *hold, const char *earlier, char *err,
+                             size_t err_len) {
     size_t len = 0, cap = strlen(text) + 64;
     char *out = sl_malloc(cap);
     out[0] = 0;
     for (const char *p = text; *p;) {
         size_t d;
+        /* `offset D` (a word of its own): the earlier time, when given */
+        if (earlier && !strncmp(p, "offset ", 7) && (d = duration_len(p + 7)) &&
+            (p == text || !isalnum((unsigned char)p[-1])) && !isalnum((unsigned char)p[7 + d]) && p[7 + d] != '_') {
+            put(&out, &len, &cap, "offset ", 7);
+            put(&out, &len, &cap, earlier, strlen(earlier));
+            p += 7 + d;
+            continue;
+        }
         if (*p == '[' && (d = duration_len(p + 1)) && (p[1 + d] == ']' || (p[1 + d] == ':' && p[2 + d] == ']'))) {
             if (d != 2 || strncmp(p + 1, "5m", 2)) {
                 snprintf(err, err_len, "the rules have the range [%.*s]: only [5m] and [5m:] are shortened",

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""`servelab scenario run --prometheus` (docs/lab.md, "Scenarios"): five scenarios with their
-remedies (queueing, the KV pool too small, a hung engine, runaway generation, a gateway that
-holds requests back), each phase watched by a real Prometheus (the Debian package) evaluating
-the committed alert rules with windows of seconds, and the gateway's nginx by the Debian
+"""`servelab scenario run --prometheus` (docs/lab.md, "Scenarios"): six scenarios with their
+remedies (queueing, the KV pool too small, long prompts, a hung engine, runaway generation, a
+gateway that holds requests back), each phase watched by a real Prometheus (the Debian package)
+evaluating the committed alert rules with windows of seconds, the incident and the remedy with
+the baseline's data as their "hour earlier", and the gateway's nginx by the Debian
 nginx-prometheus-exporter. Each incident fires its cause's rule (VLLMQueueing,
-VLLMKVCachePressure, VLLMEngineStalled, VLLMRunawayGeneration, VLLMUpstreamBottleneck), which its
-baseline did not; every alert new in the incident names a cause the diagnoser found too; the
+VLLMKVCachePressure, VLLMTTFTRegression, VLLMEngineStalled, VLLMRunawayGeneration,
+VLLMUpstreamBottleneck), which its baseline did not; every alert new in the incident names a cause the diagnoser found too; the
 remedy does not fire the rule; the JSON carries each phase's alerts. Then the refusal when no
 prometheus binary is on PATH. Prints one line per check and "N passed, N failed".
 """
@@ -27,8 +28,9 @@ def main():
         results.append(bool(cond))
         print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)}", flush=True)
 
-    rules = {"queueing": "VLLMQueueing", "kv_pool_too_small": "VLLMKVCachePressure", "engine_hung": "VLLMEngineStalled",
-             "missing_stop_token": "VLLMRunawayGeneration", "gateway_queue": "VLLMUpstreamBottleneck"}
+    rules = {"queueing": "VLLMQueueing", "kv_pool_too_small": "VLLMKVCachePressure", "long_prompts": "VLLMTTFTRegression",
+             "engine_hung": "VLLMEngineStalled", "missing_stop_token": "VLLMRunawayGeneration",
+             "gateway_queue": "VLLMUpstreamBottleneck"}
     p = subprocess.run([args.servelab, "scenario", "run", *rules, "--remedy", "--prometheus", "--json"],
                        cwd=args.root, capture_output=True, text=True, timeout=900)
     try:

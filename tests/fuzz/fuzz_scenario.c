@@ -21,7 +21,7 @@ static void rules(const uint8_t *data, size_t size) {
     if (!text) abort();
     memcpy(text, data, size);
     text[size] = 0;
-    char *short_rules = scenario_shorten_rules(text, "10s", "3s", err, sizeof err);
+    char *short_rules = scenario_shorten_rules(text, "10s", "3s", size % 2 ? "7s" : NULL, err, sizeof err);
     if (!short_rules && (!err[0] || strchr(err, '\n'))) abort();
     free(short_rules);
     free(text);

@@ -262,13 +262,18 @@ static int count(const char *text, const char *what) {
 /* --prometheus loads the committed alert rules with windows of seconds: only ranges and `for:` change. */
 static void test_alert_rules_shortened_for_a_short_run(void) {
     char err[256] = "";
-    char *s = scenario_shorten_rules("expr: rate(x[5m]) > 0 and avg_over_time((y > bool 0)[5m:]) > 0.5 offset 1h\n"
-                                     "for: 10m\n  description: for: the rest, [0-9] and [a]\n",
-                                     "10s", "3s", err, sizeof err);
+    const char *text = "expr: rate(x[5m]) > 0 and avg_over_time((y > bool 0)[5m:]) > 0.5 offset 1h\n"
+                       "for: 10m\n  description: for: the rest, [0-9] and [a], an offset 1h, the offset 1hx\n";
+    char *s = scenario_shorten_rules(text, "10s", "3s", NULL, err, sizeof err);
     CHECK(s && !strcmp(s, "expr: rate(x[10s]) > 0 and avg_over_time((y > bool 0)[10s:]) > 0.5 offset 1h\n"
-                          "for: 3s\n  description: for: the rest, [0-9] and [a]\n"));
+                          "for: 3s\n  description: for: the rest, [0-9] and [a], an offset 1h, the offset 1hx\n"));
     free(s);
-    CHECK(scenario_shorten_rules("rate(x[1h])", "10s", "3s", err, sizeof err) == NULL);
+    /* "an hour ago" made the baseline phase's time: every `offset D` word, nothing else */
+    s = scenario_shorten_rules(text, "10s", "3s", "42s", err, sizeof err);
+    CHECK(s && !strcmp(s, "expr: rate(x[10s]) > 0 and avg_over_time((y > bool 0)[10s:]) > 0.5 offset 42s\n"
+                          "for: 3s\n  description: for: the rest, [0-9] and [a], an offset 42s, the offset 1hx\n"));
+    free(s);
+    CHECK(scenario_shorten_rules("rate(x[1h])", "10s", "3s", NULL, err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "[1h]");
 
     size_t len;
@@ -276,12 +281,14 @@ static void test_alert_rules_shortened_for_a_short_run(void) {
     char *rules = sl_read_file("tools/prometheus/alerts.yml", 1 << 20, &len, &rerr);
     CHECK(rules != NULL);
     if (!rules) return;
-    char *short_rules = scenario_shorten_rules(rules, "10s", "3s", err, sizeof err);
+    char *short_rules = scenario_shorten_rules(rules, "10s", "3s", "30s", err, sizeof err);
     CHECK(short_rules != NULL);
     if (short_rules) {
         CHECK(count(short_rules, "[5m") == 0 && count(short_rules, "[10s]") == count(rules, "[5m]") &&
               count(short_rules, "[10s:]") == count(rules, "[5m:]"));
         CHECK(count(short_rules, "for: 3s") == count(rules, "for: ") && count(rules, "for: ") > 0);
+        CHECK(count(short_rules, "offset 30s") == count(rules, "offset 1h") && count(rules, "offset 1h") > 0 &&
+              count(short_rules, "offset 1h") == 0);
     }
     free(rules), free(short_rules);
 }
