@@ -192,19 +192,19 @@ static int text_samples(const bench_server_t *s, int64_t n, shape_t *const *head
  * are at least POOL_WHOLE_MIN of them; otherwise, or when the server cannot say, leaves it. */
 static void keep_whole_words(const bench_server_t *s, pool_t *pool) {
     const int64_t n = pool->n;
-    int32_t **pairs = sl_malloc((size_t)pool->n * sizeof *pairs);
-    int64_t *two = sl_malloc((size_t)pool->n * sizeof *two);
-    char **texts = sl_calloc((size_t)pool->n, sizeof *texts);
-    for (int64_t i = 0; i < pool->n; i++) {
+    int32_t **pairs = sl_malloc((size_t)n * sizeof *pairs);
+    int64_t *two = sl_malloc((size_t)n * sizeof *two);
+    char **texts = sl_calloc((size_t)n, sizeof *texts);
+    for (int64_t i = 0; i < n; i++) {
         pairs[i] = sl_malloc(2 * sizeof **pairs);
         pairs[i][0] = pairs[i][1] = pool->ids[i];
         two[i] = 2;
     }
     sl_err_t err;
     int64_t k = 0;
-    int32_t *whole = sl_malloc((size_t)pool->n * sizeof *whole);
-    if (bench_detokenize(s, pairs, two, pool->n, texts, &err) == 0) {
-        for (int64_t i = 0; i < pool->n; i++) {
+    int32_t *whole = sl_malloc((size_t)n * sizeof *whole);
+    if (bench_detokenize(s, pairs, two, n, texts, &err) == 0) {
+        for (int64_t i = 0; i < n; i++) {
             const char *t = texts[i] + strspn(texts[i], " ");
             const size_t w = strcspn(t, " ");
             if (w == 0 || t[w] != ' ' || strlen(t + w + 1) != w || strncmp(t, t + w + 1, w)) continue;
@@ -214,7 +214,7 @@ static void keep_whole_words(const bench_server_t *s, pool_t *pool) {
                     break;
                 }
         }
-        for (int64_t i = 0; i < pool->n; i++) free(texts[i]);
+        for (int64_t i = 0; i < n; i++) free(texts[i]);
     }
     if (k >= POOL_WHOLE_MIN) {
         memcpy(pool->ids, whole, (size_t)k * sizeof *whole);

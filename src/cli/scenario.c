@@ -26,15 +26,16 @@
  * With --prometheus each phase is also watched by a real Prometheus (the `prometheus` binary on
  * PATH), scraping the phase's server every second and evaluating tools/prometheus/alerts.yml
  * with its windows made seconds long (scenario_shorten_rules: [5m] -> [10s], for -> 3s, as
- * tests/e2e/test_alerts.py loads them); the incident's and the remedy's start on a copy of the
+ * tests/e2e/test_alerts.py loads them). The incident's and the remedy's start on a copy of the
  * baseline's data, with the same target labels, and `offset 1h` made the time since the
- * baseline's started, so the rules that compare with an hour earlier compare with the baseline; a phase with nginx in front also runs
- * nginx-prometheus-exporter on the proxy's stub_status, scraped too (the gateway's requests in
- * flight, which VLLMUpstreamBottleneck compares with the engine's). The phase then holds its load
- * PROM_HOLD_S after the faults are set, and the alerts that reached "firing" are recorded. The alerts agree when the
- * baseline fired none, the incident fired the rule whose cause label is the expected cause (when
- * a rule has it), every alert the incident fired names a cause the diagnoser also found, and the
- * remedy did not fire the expected cause's rule.
+ * baseline's started, so the rules that compare with an hour earlier compare with the baseline.
+ * A phase with nginx in front also runs nginx-prometheus-exporter on the proxy's stub_status,
+ * scraped too (the gateway's requests in flight, which VLLMUpstreamBottleneck compares with the
+ * engine's). The phase then holds its load PROM_HOLD_S after the faults are set, and the alerts
+ * that reached "firing" are recorded. The alerts agree when the baseline fired none, the
+ * incident fired the rule whose cause label is the expected cause (when a rule has it), every
+ * alert the incident fired names a cause the diagnoser also found, and the remedy did not fire
+ * the expected cause's rule.
  *
  * Exit status: 0 when every scenario matched (and every remedy helped, with --remedy; and the
  * alerts agreed, with --prometheus), 1 when one did not or a phase failed, 2 on bad usage or a
@@ -571,7 +572,8 @@ static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *ph
     p->prom_t0 = sl_now_s();
     snprintf(earlier, sizeof earlier, "%.0fs", history ? ceil(p->prom_t0 - base->prom_t0) : 0.0);
     char rerr[256];
-    char *rules = scenario_shorten_rules(cfg->rules, PROM_WINDOW, PROM_FOR, history ? earlier : NULL, rerr, sizeof rerr);
+    char *rules =
+        scenario_shorten_rules(cfg->rules, PROM_WINDOW, PROM_FOR, history ? earlier : NULL, rerr, sizeof rerr);
     SL_ASSERT(rules != NULL); /* shortened once when --prometheus was read */
     const int wrote = write_text(path, conf) || write_text(rules_path, rules);
     free(rules);
@@ -912,6 +914,12 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         }
         load_base = ps.proxy.base;
     }
+    /* Warm-up before Prometheus: every phase's Prometheus then starts at the same point of its
+     * phase, just before the load, which aligns the baseline's history (prom_start). */
+    if (setup->warmup.n && run_warmup(s, name, load_base, &setup->warmup, tmp, p->err, sizeof p->err)) {
+        stop_all(&ps);
+        return;
+    }
     if (prom) {
         int gateway = 0;
         if (setup->proxied) {
@@ -933,10 +941,6 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
     char golden[512], diag_out[512];
     snprintf(golden, sizeof golden, "%s/%.64s-golden.json", tmp, baseline_of);
     snprintf(diag_out, sizeof diag_out, "%s/%.64s-%s-diagnose.err", tmp, s->name, name);
-    if (setup->warmup.n && run_warmup(s, name, load_base, &setup->warmup, tmp, p->err, sizeof p->err)) {
-        stop_all(&ps);
-        return;
-    }
 
     load_t load = {.log = load_log};
     pthread_mutex_init(&load.mu, NULL);

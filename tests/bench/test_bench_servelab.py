@@ -92,6 +92,8 @@ def main():
         totals = {"in": 0, "out": 0, "done": 0}
         for name, flags in runs:
             out = os.path.join(tmp, f"{name}.json")
+            log.flush()
+            log_at = os.path.getsize(log.name)
             p = subprocess.run([args.servelab, "bench", "serve", "--base-url", base + "/", "--disable-tqdm",
                                 "--save-result", "--save-detailed", "--result-filename", out, *flags],
                                capture_output=True, text=True, timeout=300, env=env)
@@ -113,6 +115,13 @@ def main():
                       d["output_lens"])
                 check("random: the model came from /v1/models behind the API key", d["model_id"] == args.model,
                       d["model_id"])
+                # Sizing is one pass through the tokenizer: the probe, the special tokens, the word
+                # list, then each prompt once (its text drawn from whole-word tokens, which a second
+                # tokenization does not merge; docs/load-generator.md).
+                with open(log.name) as f:
+                    f.seek(log_at)
+                    n_tok = sum('"POST /tokenize' in line for line in f)
+                check("random: 40 prompts sized in one tokenizer pass (3 + 40 POST /tokenize)", n_tok == 43, n_tok)
             if name == "long-tail":
                 check("long-tail: 18 prompts of 16 tokens and 2 of 300", sorted(d["input_lens"]) == [16] * 18 + [300] * 2,
                       d["input_lens"])
