@@ -471,7 +471,9 @@ static int run_warmup(const scenario_t *s, const char *name, const char *base, c
 #define SCN_ALERT_RULES "tools/prometheus/alerts.yml"
 #define PROM_WINDOW "10s"
 #define PROM_FOR "3s"
-#define PROM_HOLD_S 15.0 /* load held after the faults are set: a [10s] share, then for: 3s */
+/* The load held after the faults are set: a [10s] share, then for: 3s, and 5 s of scrape and
+ * evaluation lag. */
+#define PROM_HOLD_S 18.0
 
 typedef struct {
     char exe[4096];        /* the prometheus binary */
@@ -530,6 +532,22 @@ static int copy_dir(const char *from, const char *to) {
     return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+/* How many of Prometheus's targets it has scraped, healthy (GET /api/v1/targets). */
+static int prom_targets_up(const prom_t *pr) {
+    char *body = NULL;
+    cJSON *r = http(pr->base, "/api/v1/targets?state=active", NULL, NULL, &body) == 200 && body ? cJSON_Parse(body)
+                                                                                                : NULL;
+    free(body);
+    int up = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "data"), "activeTargets")) {
+        const cJSON *health = cJSON_GetObjectItemCaseSensitive(t, "health");
+        up += cJSON_IsString(health) && !strcmp(health->valuestring, "up");
+    }
+    cJSON_Delete(r);
+    return up;
+}
+
 /* Starts the phase's Prometheus in its own directory under tmp: it scrapes 127.0.0.1:target_port
  * (job servelab) and, when gateway_port is not 0, the gateway's exporter there (job nginx), every
  * second, and evaluates the shortened rules. Every phase labels its targets alike (instance: the
@@ -538,7 +556,9 @@ static int copy_dir(const char *from, const char *to) {
  * compare with an hour earlier (`offset 1h`: VLLMTTFTRegression, VLLMITLRegression) compare with
  * the baseline, the offset made the time since the baseline's Prometheus started at the same point
  * of its phase. The baseline's own rules keep `offset 1h`: no data, no regression. 0 once it is
- * ready (p->prom_data, p->prom_t0 set), or -1 with err. */
+ * ready and has scraped every target once (p->prom_data, p->prom_t0 set), or -1 with err: the
+ * phase's load starts after that, so its hold is all seen (Prometheus applies new targets up to
+ * 5 s after it starts, which would otherwise come out of the hold). */
 static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *phase, const char *tmp,
                       const char *baseline_of, const phase_t *base, int target_port, int gateway_port, prom_t *pr,
                       phase_t *p, char *err, size_t cap) {
@@ -589,10 +609,12 @@ static int prom_start(const prom_cfg_t *cfg, const scenario_t *s, const char *ph
     char *argv[] = {(char *)cfg->exe, cfg_arg, data_arg, listen_arg, "--log.level=warn", NULL};
     pr->pid = port > 0 ? spawn(argv, log) : -1;
     snprintf(pr->base, sizeof pr->base, "http://127.0.0.1:%d", port);
+    const int targets = gateway_port ? 2 : 1;
     for (double end = sl_now_s() + 30; pr->pid > 0 && sl_now_s() < end && waitpid(pr->pid, NULL, WNOHANG) == 0;
          usleep(100000))
-        if (http(pr->base, "/-/ready", NULL, NULL, NULL) == 200) return 0;
-    snprintf(err, cap, "Prometheus did not become ready (its log: %s)", log);
+        if (http(pr->base, "/-/ready", NULL, NULL, NULL) == 200 && prom_targets_up(pr) == targets) return 0;
+    snprintf(err, cap, "Prometheus did not become ready and scrape its %d target%s (its log: %s)", targets,
+             targets > 1 ? "s" : "", log);
     stop_process(pr->pid, 5);
     pr->pid = -1;
     return -1;
@@ -973,8 +995,10 @@ static void run_phase(const scenario_t *s, const char *name, const scn_setup_t *
         }
         hold_end = sl_now_s() + PROM_HOLD_S;
         char what[160];
+        char hold[64] = "";
+        if (prom) snprintf(hold, sizeof hold, "; Prometheus until the load has run %g s", PROM_HOLD_S);
         snprintf(what, sizeof what, "%sdiagnose watches %gs after %gs%s", setup->faults.n ? "faults set; " : "",
-                 s->window_s, s->settle_s, prom ? "; Prometheus until the load has run 15 s" : "");
+                 s->window_s, s->settle_s, hold);
         progress(s, name, what);
         struct timespec ts = {(time_t)s->settle_s, (long)((s->settle_s - floor(s->settle_s)) * 1e9)};
         while (nanosleep(&ts, &ts) && errno == EINTR) {}

@@ -182,10 +182,15 @@ static void gauges(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
     m->v[DM_kv_usage_per_running] = n_per_run ? per_run / n_per_run : NAN;
 }
 
-/* Consecutive snapshots: the stalled intervals, and the first requests' TTFT
- * against the median of the later intervals'. */
+/* Consecutive snapshots: the stalled intervals; the intervals that end with
+ * requests waiting while the KV cache is full (r_kv_pressure's condition, one
+ * interval at a time: usage at 0.9 or more, or a preemption in the interval),
+ * which unlike waiting_mean leaves out the requests that only wait for the
+ * next step; and the first requests' TTFT against the median of the later
+ * intervals'. */
 static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
-    int busy = 0, stalled = 0, n_ttft = 0;
+    const char *kv = first_present(&snaps[n - 1], KV_NAMES), *pre = first_present(&snaps[n - 1], PREEMPT_NAMES);
+    int busy = 0, stalled = 0, n_ttft = 0, kv_bound = 0;
     double stalled_s = 0, *ttft = sl_calloc((size_t)n, sizeof *ttft);
     for (int i = 1; i < n; i++) {
         const prom_snapshot_t *a = &snaps[i - 1], *b = &snaps[i];
@@ -199,6 +204,8 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
             busy++;
             if (tokens == 0) stalled++, stalled_s += b->t - a->t;
         }
+        const bool full = (kv && series_sum(b, kv, NULL, NULL) >= 0.9) || (pre && counter_delta(a, b, pre, NULL, NULL) >= 1);
+        kv_bound += full && series_sum(b, "vllm:num_requests_waiting", NULL, NULL) > 0;
         /* TTFT less queue time: a burst that queues is not a cold start. */
         double c = counter_delta(a, b, "vllm:time_to_first_token_seconds_count", NULL, NULL);
         double q = counter_delta(a, b, "vllm:request_queue_time_seconds_sum", NULL, NULL);
@@ -206,6 +213,7 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
             ttft[n_ttft++] = (counter_delta(a, b, "vllm:time_to_first_token_seconds_sum", NULL, NULL) - (isnan(q) ? 0 : q)) / c;
     }
     m->v[DM_stalled_share] = busy >= 3 ? (double)stalled / busy : NAN;
+    m->v[DM_kv_bound_share] = kv ? (double)kv_bound / (n - 1) : NAN;
     m->v[DM_stalled_s] = stalled_s;
     if (n_ttft >= 4) {
         double first = ttft[0];

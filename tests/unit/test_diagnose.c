@@ -180,6 +180,29 @@ static void test_stalls_and_the_first_requests_ttft(void) {
     for (int i = 0; i < 6; i++) prom_snapshot_free(&s[i]);
 }
 
+/* The intervals that end with requests waiting for KV blocks: waiting with the cache full, or
+ * with a preemption in the interval; not the requests that only wait for the next step. */
+static void test_kv_bound_share(void) {
+    static const double waiting[5] = {0, 2, 2, 0, 3}, kv[5] = {0.2, 0.95, 0.5, 0.95, 0.85}, pre[5] = {0, 0, 0, 0, 1};
+    prom_snapshot_t s[5];
+    char text[256];
+    for (int i = 0; i < 5; i++) {
+        snprintf(text, sizeof text,
+                 "vllm:num_requests_waiting %g\nvllm:kv_cache_usage_perc %g\nvllm:num_preemptions_total %g\n",
+                 waiting[i], kv[i], pre[i]);
+        parse(&s[i], text, i);
+    }
+    diag_measures_t m;
+    diag_measure(s, 5, 0, NULL, &m);
+    CHECK(m.v[DM_kv_bound_share] == 0.5); /* intervals 1 (full) and 4 (a preemption) of 4 */
+    for (int i = 0; i < 5; i++) prom_snapshot_free(&s[i]);
+    /* No KV series: unknown, not zero. */
+    parse(&s[0], "vllm:num_requests_waiting 2\n", 0), parse(&s[1], "vllm:num_requests_waiting 2\n", 1);
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(isnan(m.v[DM_kv_bound_share]));
+    prom_snapshot_free(&s[0]), prom_snapshot_free(&s[1]);
+}
+
 /* ---- rules ---------------------------------------------------------------------------- */
 
 static diag_measures_t blank(void) {
@@ -434,6 +457,7 @@ int main(void) {
     RUN(test_renamed_series_and_counter_resets);
     RUN(test_prefix_and_speculation_rates);
     RUN(test_stalls_and_the_first_requests_ttft);
+    RUN(test_kv_bound_share);
     RUN(test_rules_without_baseline_fire_on_their_thresholds);
     RUN(test_rules_against_a_baseline);
     RUN(test_specific_causes_rank_first);
