@@ -14,12 +14,15 @@
  *       k order. These levels give the same bits as each other; they differ
  *       from cpu_linear on the dequantized weights only in the order of the
  *       additions.
- *   avx2  the scale and zero factored out per group (below), on the nibbles
- *       masked in place: q(k) 16^m, exact, against x(k) / 16^m (exact: a
- *       power of two) precomputed once per op, so a weight costs an AND, a
- *       convert and an FMA, where the exact weight costs a shift and an FMA
- *       more: decode 1.26x faster on an AVX2-only machine (docs/benchmarks.md).
- *       Its bits are its own, within the fp32 levels' error budget.
+ *   avx2  the activations quantized to int16 per group once per op (to
+ *       within 2^-15 of the group's largest |x|, a power-of-two step), the
+ *       inner sums exact in int32 (vpmaddwd on pairs of k), the scale and
+ *       zero applied per group (below): per 8 weights a shift, an AND, a
+ *       multiply-add and an add on integer ports, where fp32 weights cost a
+ *       convert and an FMA besides; decode about 1.2x faster than the fp32
+ *       way at 1 thread and near memory's pace (docs/benchmarks.md). Its
+ *       bits are its own: against cpu_linear on the dequantized weights
+ *       applied to the int16 x it differs by fp32 rounding.
  *   avx512_bf16  activations rounded to bf16 (nearest even) once per op, as
  *       the bf16 linear does at this level (linear_packed.c), and the scale
  *       and zero factored out per group g:
@@ -41,9 +44,10 @@
  *           group's end.
  * So one 64-byte line is 16 columns x 8 k-steps: a k-step is one shift of a
  * register, and the nibble (low 4 bits) becomes a float by a 16-entry
- * permute (AVX-512) or a mask and a convert (AVX2); a shift by 4m puts the
- * k-pair (2m, 2m + 1) at the bottom of both 16-bit halves, the pair of bf16
- * a vdpbf16ps lane takes, after a 16-bit permute (avx512_bf16). A panel
+ * permute (AVX-512); a shift by 4m puts the k-pair (2m, 2m + 1) at the
+ * bottom of both 16-bit halves, the pair of int16 a vpmaddwd lane takes
+ * (avx2, after a mask), or of bf16 a vdpbf16ps lane takes, after a 16-bit
+ * permute (avx512_bf16). A panel
  * streams front to back once per tile of tokens; T = 1 reads every nibble
  * once.
  *
@@ -56,9 +60,11 @@
  * levels (avx512's 16-entry permute makes the weight cheap there); per group
  * (s * sum x q - z s * sum x) at avx2 and avx512_bf16, where the bare-q inner
  * sum is what brings decode nearer the memory's pace (avx512_bf16: over
- * twice the fp32 levels' speed, the activations rounded to bf16 anyway).
+ * twice the fp32 levels' speed, the activations rounded to bf16; avx2: on
+ * int16 activations, in integers).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,65 +363,77 @@ TARGET_BF16 static void awq_panel_bf16(float *out, int64_t ldo, const uint8_t *p
     }
 }
 
-/* AVX2 (bits of its own): the nibbles are masked in place, not shifted, and
- * converted with their power of 16 (16^m q for the k-step pair m of a
- * block, exact); the activations come pre-divided by it (xs, exact: a power
- * of two), and the scale and zero are factored out per group, as at
- * avx512_bf16:
- *   out_n = sum_g s(g, n) * (sum_{k in g} xs(k) (16^m q(k, n))) - z(g, n) s(g, n) sx_g,
- * sx_g = sum_{k in g} x(k) in fp32, k order. Per 8 weights an AND, a convert
- * and an FMA (the fp32 levels' exact weights cost a shift and an FMA more),
- * four column registers at a time: four independent FMA chains. */
-/* acc[u] += xs(k) 16^m q(k) over the n_steps k-steps of one block, for the
- * column registers v0 .. v0 + 3. */
-TARGET_AVX2 INLINE void awq_block_avx2(__m256 acc[4], const uint32_t *blk, const float *xs, const int n_steps,
-                                       int v0) {
-    __m256i q[4], qh[4];
-    for (int u = 0; u < 4; u++) {
-        q[u] = _mm256_loadu_si256((const __m256i *)(blk + 8 * (v0 + u)));
-        qh[u] = _mm256_srli_epi32(q[u], 16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < n_steps; i++) {
-        const __m256 xi = _mm256_set1_ps(xs[i]);
-        const __m256i mask = _mm256_set1_epi32(0xf << (4 * (i >> 1)));
-        for (int u = 0; u < 4; u++)
-            acc[u] = _mm256_fmadd_ps(xi, _mm256_cvtepi32_ps(_mm256_and_si256(i & 1 ? qh[u] : q[u], mask)), acc[u]);
+/* AVX2 (bits of its own): integer sums on 16-bit activations. Each row's x
+ * is quantized once per op to int16 per group (awq_quantize_rows: x16 =
+ * round(x / d_g), d_g the power of two just above max_{k in g} |x(k)| /
+ * 32767, so |x - d_g x16| <= d_g / 2 < 2^-15 of the group's largest, finer
+ * than avx512_bf16's rounding of each element), and then
+ *   out_n = sum_g s(g, n) d_g (sum_{k in g} q(k, n) x16(k) - z(g, n) sx16_g),
+ * sx16_g = sum_{k in g} x16(k). The inner sums are exact, in int32: a
+ * block's uint32 holds the k-steps (2m, 2m + 1) at bits 4m and 16 + 4m, so a
+ * shift by 4m and a mask 0x000f000f make the pair two 16-bit lanes, and one
+ * vpmaddwd against the pair (x16(2m), x16(2m + 1)) adds both products into
+ * the column's int32 lane: per 8 weights a shift, an AND, a multiply-add and
+ * an add, one per 16 weights fewer than the fp32 way (an AND, a convert and
+ * an FMA per 8), on integer ports that are not the FMA's. The panel's 8
+ * column registers are summed at once. The sums are flushed to fp32 every
+ * AWQ_I16_CHUNK k-steps, so no int32 overflows (15 * 32767 * 2 per lane and
+ * pair). awq_avx2_reads gives the activations this level computes with, for
+ * its test's reference. */
+#define AWQ_I16_CHUNK 2048
+
+/* acc[v] += sum over the block's k-steps of q(k) x16(k), for the 8 column
+ * registers; xp: the block's 4 pairs of x16 (zero past the group's end). */
+TARGET_AVX2 INLINE void awq_block_avx2(__m256i acc[8], const uint32_t *blk, const int32_t *xp) {
+    const __m256i mask = _mm256_set1_epi32(0x000f000f);
+    __m256i x[4];
+    for (int m = 0; m < 4; m++) x[m] = _mm256_set1_epi32(xp[m]);
+    for (int v = 0; v < 8; v++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 8 * v));
+        __m256i sum = _mm256_madd_epi16(_mm256_and_si256(q, mask), x[0]);
+        for (int m = 1; m < 4; m++)
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(q, 4 * m), mask), x[m]));
+        acc[v] = _mm256_add_epi32(acc[v], sum);
     }
 }
 
-TARGET_AVX2 static void awq_panel_avx2(float *out, int64_t ldo, const uint8_t *pw, const float *xs, int64_t ldx,
-                                       const float *sx, int64_t ldsx, int64_t K, int64_t G, int nr, int64_t T) {
-    int64_t n_groups = K / G, full = G / AWQ_KB;
-    int tail = (int)(G % AWQ_KB);
+/* xq: the rows' x16, each group padded to whole blocks of 8 with zeros (ldq
+ * apart); dq, sq: per row and group, d_g and sx16_g (ldg apart). */
+TARGET_AVX2 static void awq_panel_avx2(float *out, int64_t ldo, const uint8_t *pw, const int16_t *xq, int64_t ldq,
+                                       const float *dq, const float *sq, int64_t ldg, int64_t K, int64_t G, int nr,
+                                       int64_t T) {
+    const int64_t n_groups = K / G, nb = awq_blocks_per_group(G);
     for (int64_t t = 0; t < T; t++) {
         float o[AWQ_NP] = {0};
         const uint8_t *group = pw;
         for (int64_t g = 0; g < n_groups; g++, group += awq_group_bytes(G)) {
             const uint32_t *blocks = (const uint32_t *)(group + AWQ_HDR_BYTES);
-            const float *xg = xs + t * ldx + g * G;
-            const __m256 sxg = _mm256_set1_ps(sx[t * ldsx + g]);
-            /* The next group streams in while this one is summed (its 4 column
-             * registers at a time read every other half of a block). */
+            const int16_t *xg = xq + t * ldq + g * nb * AWQ_KB;
+            /* The next group streams in while this one is summed. */
             const uint8_t *next = group + awq_group_bytes(G);
-            for (int v0 = 0; v0 < 8; v0 += 4) {
-                __m256 acc[4];
-                for (int u = 0; u < 4; u++) acc[u] = _mm256_setzero_ps();
-                for (int64_t b = 0; b < full; b++) {
-                    if (v0 == 0 && g + 1 < n_groups)
+            __m256 f[8];
+            for (int v = 0; v < 8; v++) f[v] = _mm256_setzero_ps();
+            for (int64_t b0 = 0; b0 < nb; b0 += AWQ_I16_CHUNK / AWQ_KB) {
+                const int64_t b1 = nb - b0 < AWQ_I16_CHUNK / AWQ_KB ? nb : b0 + AWQ_I16_CHUNK / AWQ_KB;
+                __m256i acc[8];
+                for (int v = 0; v < 8; v++) acc[v] = _mm256_setzero_si256();
+                for (int64_t b = b0; b < b1; b++) {
+                    if (g + 1 < n_groups)
                         for (int c = 0; c < 4; c++)
                             _mm_prefetch((const char *)(next + (size_t)b * AWQ_NP * 4 + 64 * c), _MM_HINT_T0);
-                    awq_block_avx2(acc, blocks + b * AWQ_NP, xg + b * AWQ_KB, AWQ_KB, v0);
+                    int32_t xp[4];
+                    memcpy(xp, xg + b * AWQ_KB, sizeof xp);
+                    awq_block_avx2(acc, blocks + b * AWQ_NP, xp);
                 }
-                if (tail) awq_block_avx2(acc, blocks + full * AWQ_NP, xg + full * AWQ_KB, tail, v0);
-                for (int u = 0; u < 4; u++) {
-                    const int v = v0 + u;
-                    const __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16 * v)));
-                    const __m256 z = _mm256_cvtepi32_ps(
-                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(group + 128 + 8 * v))));
-                    const __m256 d = _mm256_fnmadd_ps(z, sxg, acc[u]); /* sum xs 16^m q - z sx */
-                    _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(sv, d, _mm256_loadu_ps(o + 8 * v)));
-                }
+                for (int v = 0; v < 8; v++) f[v] = _mm256_add_ps(f[v], _mm256_cvtepi32_ps(acc[v]));
+            }
+            const __m256 d = _mm256_set1_ps(dq[t * ldg + g]), sx = _mm256_set1_ps(sq[t * ldg + g]);
+            for (int v = 0; v < 8; v++) {
+                const __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16 * v)));
+                const __m256 z =
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(group + 128 + 8 * v))));
+                const __m256 diff = _mm256_fnmadd_ps(z, sx, f[v]); /* sum q x16 - z sx16 */
+                _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(_mm256_mul_ps(sv, d), diff, _mm256_loadu_ps(o + 8 * v)));
             }
         }
         memcpy(out + t * ldo, o, (size_t)nr * sizeof(float));
@@ -440,34 +458,118 @@ typedef struct {
     int64_t T, N, K, G;
     awq_panel_fn_t panel;
     const uint32_t *xb; /* avx512_bf16: x as awq_round_rows makes it, else NULL */
-    const float *xs;    /* avx2: x as awq_scale_rows makes it, else NULL */
-    const float *sx;    /* both: their group sums of x */
+    const float *sx;    /* its group sums of x */
+    const int16_t *xq;  /* avx2: x as awq_quantize_rows makes it, else NULL */
+    const float *dq, *sq; /* its group scales and sums */
 } awq_args_t;
 
 typedef struct {
-    float *xs;      /* (T, K) */
-    float *sx;      /* (T, K/G) */
-    const float *x; /* (T, K) */
+    int16_t *xq;      /* (T, n_groups * blocks per group * 8) */
+    float *dq, *sq;   /* (T, n_groups) */
+    const float *x;   /* (T, K) */
     int64_t K, G;
-} awq_scale_args_t;
+} awq_quantize_args_t;
 
-/* For the AVX2 level: xs = x / 16^m, m the k-step pair of k within its
- * group's block of 8 (exact: a power of two), and the group sums of x. */
-static void awq_scale_rows(void *arg, int64_t t0, int64_t t1, int worker) {
+/* The group's d_g: the power of two just above amax / 32767, so that x / d is
+ * exact but for the rounding to an integer and a unit vector's products come
+ * out exact; 0 for a group below 2^-125 * 32767 (it reads as zeros), NaN for
+ * one with a NaN or an infinity (finite false). *inv = 1 / d, or 0. */
+static float awq_group_scale(float amax, bool finite, float *inv) {
+    int e = 0;
+    if (finite && amax > 0.0f) frexpf(amax / 32767.0f, &e);
+    const bool zero = !finite || !(amax > 0.0f) || e < -125;
+    *inv = zero ? 0.0f : ldexpf(1.0f, -e);
+    return !finite ? NAN : zero ? 0.0f : ldexpf(1.0f, e);
+}
+
+/* One group of G activations: x16 = round(x / d) into xq (padded with zeros
+ * to nq), returning sum x16; *d as awq_group_scale. */
+static int64_t awq_quantize_group(int16_t *xq, const float *x, int64_t G, int64_t nq, float *d) {
+    float amax = 0.0f, inv;
+    bool finite = true;
+    for (int64_t kk = 0; kk < G; kk++) {
+        amax = fmaxf(amax, fabsf(x[kk]));
+        finite &= isfinite(x[kk]);
+    }
+    *d = awq_group_scale(amax, finite, &inv);
+    int64_t sum = 0;
+    for (int64_t kk = 0; kk < nq; kk++) {
+        xq[kk] = kk < G ? (int16_t)lrintf(x[kk] * inv) : 0;
+        sum += xq[kk];
+    }
+    return sum;
+}
+
+#ifdef HAVE_X86_LEVELS
+/* awq_quantize_group in AVX2, the same values (max is exact, x * inv exact,
+ * the conversion rounds to nearest even as lrintf does), for G a multiple
+ * of 16. */
+TARGET_AVX2 static int64_t awq_quantize_group_avx2(int16_t *xq, const float *x, int64_t G, float *d) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), zero = _mm256_setzero_ps();
+    __m256 vmax = zero, nan = zero; /* x * 0 is NaN for a NaN or an infinity */
+    for (int64_t kk = 0; kk < G; kk += 8) {
+        const __m256 v = _mm256_loadu_ps(x + kk);
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, abs_mask));
+        nan = _mm256_add_ps(nan, _mm256_mul_ps(v, zero));
+    }
+    float m[8], z[8], amax = 0.0f, inv;
+    _mm256_storeu_ps(m, vmax), _mm256_storeu_ps(z, nan);
+    bool finite = true;
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, m[i]), finite &= !isnan(z[i]);
+    *d = awq_group_scale(amax, finite, &inv);
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t kk = 0; kk < G; kk += 16) {
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + kk), vinv)),
+                      b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + kk + 8), vinv));
+        sum = _mm256_add_epi32(sum, _mm256_add_epi32(a, b));
+        _mm256_storeu_si256((__m256i *)(xq + kk), _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
+    }
+    int32_t sv[8];
+    _mm256_storeu_si256((__m256i *)sv, sum);
+    int64_t total = 0;
+    for (int i = 0; i < 8; i++) total += sv[i];
+    return total;
+}
+#endif
+
+/* For the AVX2 level: per row and group, d_g (awq_group_scale), x16 =
+ * round(x / d_g) (|x16| <= 32767), padded with zeros to whole blocks, and
+ * sx16_g = sum x16. */
+static void awq_quantize_rows(void *arg, int64_t t0, int64_t t1, int worker) {
     (void)worker;
-    static const float INV16[4] = {1.0f, 1.0f / 16, 1.0f / 256, 1.0f / 4096};
-    const awq_scale_args_t *a = arg;
-    int64_t n_groups = a->K / a->G;
+    const awq_quantize_args_t *a = arg;
+    const int64_t n_groups = a->K / a->G, nq = awq_blocks_per_group(a->G) * AWQ_KB;
+#ifdef HAVE_X86_LEVELS
+    const bool avx2 = cpu_isa() >= CPU_ISA_AVX2 && a->G % 16 == 0;
+#else
+    const bool avx2 = false;
+#endif
     for (int64_t t = t0; t < t1; t++)
         for (int64_t g = 0; g < n_groups; g++) {
             const float *x = a->x + t * a->K + g * a->G;
-            float *xs = a->xs + t * a->K + g * a->G, sum = 0.0f;
-            for (int64_t kk = 0; kk < a->G; kk++) {
-                xs[kk] = x[kk] * INV16[(kk % AWQ_KB) >> 1];
-                sum += x[kk];
-            }
-            a->sx[t * n_groups + g] = sum;
+            int16_t *xq = a->xq + t * n_groups * nq + g * nq;
+            float *d = &a->dq[t * n_groups + g];
+            int64_t sum;
+#ifdef HAVE_X86_LEVELS
+            if (avx2) sum = awq_quantize_group_avx2(xq, x, a->G, d);
+            else
+#endif
+                sum = awq_quantize_group(xq, x, a->G, nq, d);
+            a->sq[t * n_groups + g] = (float)sum;
         }
+}
+
+void cpu_awq_avx2_reads(float *dst, const float *x, int64_t T, int64_t K, int64_t G) {
+    const int64_t n_groups = K / G, ldq = n_groups * awq_blocks_per_group(G) * AWQ_KB;
+    int16_t *xq = sl_malloc((size_t)(T * ldq) * sizeof *xq);
+    float *dq = sl_malloc((size_t)(T * n_groups) * sizeof *dq), *sq = sl_malloc((size_t)(T * n_groups) * sizeof *sq);
+    awq_quantize_args_t q = {xq, dq, sq, x, K, G};
+    awq_quantize_rows(&q, 0, T, 0);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++)
+            dst[t * K + k] = dq[t * n_groups + k / G] * (float)xq[t * ldq + k / G * awq_blocks_per_group(G) * AWQ_KB + k % G];
+    free(xq), free(dq), free(sq);
 }
 
 static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
@@ -484,9 +586,11 @@ static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
                            n_groups * awq_blocks_per_group(a->G) * 4, a->sx, n_groups, a->K, a->G, nr, a->T);
             continue;
         }
-        if (a->xs) {
-            awq_panel_avx2(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xs, a->K, a->sx, a->K / a->G,
-                           a->K, a->G, nr, a->T);
+        if (a->xq) {
+            int64_t n_groups = a->K / a->G;
+            awq_panel_avx2(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xq,
+                           n_groups * awq_blocks_per_group(a->G) * AWQ_KB, a->dq, a->sq, n_groups, a->K, a->G, nr,
+                           a->T);
             continue;
         }
 #endif
@@ -498,9 +602,10 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
                            int64_t G) {
     awq_check_shape(N, K, G);
     cpu_isa_t isa = cpu_isa();
-    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL, NULL};
+    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL, NULL, NULL, NULL};
     uint32_t *xb = NULL;
-    float *xs = NULL, *sx = NULL;
+    int16_t *xq = NULL;
+    float *sx = NULL, *dq = NULL, *sq = NULL;
 #ifdef HAVE_X86_LEVELS
     if (isa == CPU_ISA_AVX512_BF16) {
         /* The activations rounded, and their group sums, once for every panel. */
@@ -513,18 +618,19 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
     } else if (isa == CPU_ISA_AVX512) {
         a.panel = awq_panel_avx512;
     } else if (isa == CPU_ISA_AVX2) {
-        /* The activations divided by their nibbles' powers of 16, and their group sums, once for every panel. */
-        xs = sl_malloc((size_t)(T * K) * sizeof *xs);
-        sx = sl_malloc((size_t)(T * (K / G)) * sizeof *sx);
-        awq_scale_args_t r = {xs, sx, in, K, G};
-        cpu_parallel_for(T * K, T, 0, awq_scale_rows, &r);
-        a.xs = xs, a.sx = sx;
+        /* The activations quantized to int16 per group, once for every panel. */
+        int64_t n_groups = K / G;
+        xq = sl_malloc((size_t)(T * n_groups * awq_blocks_per_group(G) * AWQ_KB) * sizeof *xq);
+        dq = sl_malloc((size_t)(T * n_groups) * sizeof *dq);
+        sq = sl_malloc((size_t)(T * n_groups) * sizeof *sq);
+        awq_quantize_args_t r = {xq, dq, sq, in, K, G};
+        cpu_parallel_for(T * K, T, 0, awq_quantize_rows, &r);
+        a.xq = xq, a.dq = dq, a.sq = sq;
     }
 #else
     (void)isa;
 #endif
     cpu_parallel_for(T * N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_panels, &a);
-    free(xb);
-    free(xs);
-    free(sx);
+    free(xb), free(xq);
+    free(sx), free(dq), free(sq);
 }

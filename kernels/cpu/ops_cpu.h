@@ -69,9 +69,13 @@ void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int6
  * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; a token
  * gives the same bits whatever T. portable and avx512 give the same bits as
  * each other, the exact product but for the order of the additions; avx2
- * applies the scale and zero once per group (bits of its own, within the same
- * error budget); avx512_bf16 does too, and rounds the activations to bf16
- * first, as the bf16 linear does there (linear_awq.c). */
+ * quantizes the activations to int16 per group first (to within 2^-16 of
+ * the group's largest) and sums in integers, applying the scale and zero
+ * once per group; avx512_bf16 rounds them to bf16 first, as the bf16 linear
+ * does there, and applies the scale and zero once per group too
+ * (linear_awq.c).
+ * cpu_awq_avx2_reads: dst(T, K) = the activations x(T, K) as the avx2 level
+ * computes with them (d_g x16), for a reference. */
 void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
                         int64_t K, int64_t G);
 size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G);
@@ -79,6 +83,7 @@ void cpu_awq_pack(void *dst, const int32_t *qweight, const int32_t *qzeros, cons
                   int64_t K, int64_t G);
 void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K,
                            int64_t G);
+void cpu_awq_avx2_reads(float *dst, const float *x, int64_t T, int64_t K, int64_t G);
 /* In place on q(T, H, D) and k(T, Hkv, D); see ops.h. */
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale);

@@ -6,10 +6,12 @@
  * The budget per output is 1e-5 * sum_k |x_k| |w_nk|, fp32 accumulation error
  * in any order. avx512_bf16 rounds the activations to bf16 first, so its
  * reference is cpu_linear on the bf16-rounded x (and its budget uses those
- * x); portable and avx512 must also give the same bits as each other (the
- * weights are exact and each output is one FMA chain in k order), while
- * avx2, like avx512_bf16, factors the scale and zero out of each group and
- * has bits of its own, within the same budget. At every
+ * x); avx2 quantizes them to int16 per group, so its reference is cpu_linear
+ * on the x it reads (cpu_awq_avx2_reads, itself checked to be within 2^-15
+ * of each group's largest |x|). portable and avx512 must also give the same
+ * bits as each other (the weights are exact and each output is one FMA chain
+ * in k order), while avx2 and avx512_bf16 factor the scale and zero out of
+ * each group and have bits of their own, within the same budget. At every
  * level a row of a T-row call gives the same bits as that row alone. Shapes: N not a
  * multiple of the 64-column panel, K and G such that groups of 32..K and
  * G = K both occur, T across the 4-row tile; two extra shapes with G not a
@@ -159,18 +161,37 @@ static void test_awq_linear_matches_dequantized_reference_at_every_level(void) {
         float *ref = sl_malloc(out_bytes), *out = sl_malloc(out_bytes), *first = sl_malloc(out_bytes);
         float *ref_b = sl_malloc(out_bytes), *xb = sl_malloc((size_t)(T_max * K) * sizeof *xb);
         for (int64_t i = 0; i < T_max * K; i++) xb[i] = bf16_to_f32(f32_to_bf16(x[i])); /* as avx512_bf16 reads x */
+        float *xa = sl_malloc((size_t)(T_max * K) * sizeof *xa), *ref_a = sl_malloc(out_bytes);
+        cpu_awq_avx2_reads(xa, x, T_max, K, G); /* as avx2 reads x: within 1/32767 of the group's max */
+        if (use_isa(CPU_ISA_AVX2)) { /* its vector quantizer gives the plain one's values */
+            float *xv = sl_malloc((size_t)(T_max * K) * sizeof *xv);
+            cpu_awq_avx2_reads(xv, x, T_max, K, G);
+            if (use_isa(CPU_ISA_PORTABLE)) cpu_awq_avx2_reads(xa, x, T_max, K, G);
+            CHECK(!memcmp(xv, xa, (size_t)(T_max * K) * sizeof *xv));
+            free(xv);
+        }
+        restore_isa();
+        for (int64_t t = 0; t < T_max; t++)
+            for (int64_t g = 0; g < K / G; g++) {
+                float amax = 0.0f;
+                for (int64_t k = g * G; k < (g + 1) * G; k++) amax = fmaxf(amax, fabsf(x[t * K + k]));
+                for (int64_t k = g * G; k < (g + 1) * G; k++) CHECK(fabsf(xa[t * K + k] - x[t * K + k]) <= amax / 32767);
+            }
         float *one = sl_malloc((size_t)N * sizeof *one);
         for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
             int64_t T = Ts[ti];
             cpu_linear(ref, x, w, DTYPE_F32, T, N, K);
             cpu_linear(ref_b, xb, w, DTYPE_F32, T, N, K);
+            cpu_linear(ref_a, xa, w, DTYPE_F32, T, N, K);
             int have_first = 0;
             for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
                 if (!use_isa((cpu_isa_t)isa)) continue;
                 memset(out, 0xff, out_bytes);
                 cpu_linear_awq_packed(out, x, packed, T, N, K, G);
-                int rounds_x = isa == CPU_ISA_AVX512_BF16;
-                double frac = awq_error_fraction(out, rounds_x ? ref_b : ref, rounds_x ? xb : x, w, T, N, K);
+                int rounds_x = isa == CPU_ISA_AVX512_BF16 || isa == CPU_ISA_AVX2;
+                const float *xr = isa == CPU_ISA_AVX512_BF16 ? xb : isa == CPU_ISA_AVX2 ? xa : x;
+                double frac = awq_error_fraction(out, isa == CPU_ISA_AVX512_BF16 ? ref_b : isa == CPU_ISA_AVX2 ? ref_a : ref,
+                                                 xr, w, T, N, K);
                 if (!(frac <= 1.0)) {
                     fprintf(stderr, "  %s N=%lld K=%lld G=%lld T=%lld: %.1f%% of budget\n",
                             cpu_isa_name((cpu_isa_t)isa), (long long)N, (long long)K, (long long)G, (long long)T,
@@ -189,13 +210,13 @@ static void test_awq_linear_matches_dequantized_reference_at_every_level(void) {
             }
         }
         free(qw), free(qz), free(sc), free(w), free(x), free(packed), free(ref), free(out), free(first), free(one);
-        free(ref_b), free(xb);
+        free(ref_b), free(xb), free(ref_a), free(xa);
     }
     for (int isa = 0; isa < CPU_ISA_COUNT; isa++)
         if (isa <= (int)cpu_isa_detect())
             printf("  %-12s %d shapes x %d T: max error %5.1f%% of 1e-5 sum|x||w|%s\n", cpu_isa_name((cpu_isa_t)isa),
                    n_shapes, (int)(sizeof Ts / sizeof Ts[0]), worst[isa] * 100,
-                   isa == CPU_ISA_AVX512_BF16 ? " (x rounded to bf16)" : "");
+                   isa == CPU_ISA_AVX512_BF16 ? " (x rounded to bf16)" : isa == CPU_ISA_AVX2 ? " (x in int16 per group)" : "");
     /* portable and avx512: the same bits; every row: the same bits as alone. */
     CHECK_EQ_INT(level_bits_differ, 0);
     CHECK_EQ_INT(batch_bits_differ, 0);
