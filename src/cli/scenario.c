@@ -1268,8 +1268,8 @@ static cJSON *result_json(const scenario_t *s, const result_t *r) {
 /* Makes each model a setup of s serves that is missing (no config.json) with its "make_models"
  * command, run from the repository's root; 0, or -1 with err. */
 static int make_models(const scenario_t *s, bool remedy, const char *tmp, char *err, size_t cap) {
-    const char *dirs[] = {s->incident.model, remedy ? s->remedy.model : NULL};
-    for (int k = 0; k < 2; k++) {
+    const char *dirs[] = {s->model, s->incident.model, remedy ? s->remedy.model : NULL};
+    for (int k = 0; k < 3; k++) {
         char config[4200];
         if (!dirs[k]) continue;
         snprintf(config, sizeof config, "%s/config.json", dirs[k]);

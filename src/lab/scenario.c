@@ -347,8 +347,10 @@ static bool same_args(const scn_args_t *a, const scn_args_t *b) {
     return true;
 }
 
-static bool same_setup(const scn_setup_t *x, const scn_setup_t *y) {
-    return same_str(x->model, y->model) && same_str(x->golden_request, y->golden_request) &&
+/* x and y serve the same, where model is the scenario's (what a setup without a "model" serves). */
+static bool same_setup(const scn_setup_t *x, const scn_setup_t *y, const char *model) {
+    return same_str(x->model ? x->model : model, y->model ? y->model : model) &&
+           same_str(x->golden_request, y->golden_request) &&
            same_args(&x->server, &y->server) && same_args(&x->faults, &y->faults) && same_args(&x->load, &y->load) &&
            same_args(&x->warmup, &y->warmup) && x->proxied == y->proxied && same_args(&x->proxy, &y->proxy);
 }
@@ -357,11 +359,11 @@ bool scenario_same_baseline(const scenario_t *a, const scenario_t *b) {
     return same_str(a->model, b->model) && same_str(a->golden, b->golden) && a->watch_boot == b->watch_boot &&
            a->window_s == b->window_s && a->settle_s == b->settle_s && a->expected_inflight == b->expected_inflight &&
            a->replicas == b->replicas && same_args(&a->gates, &b->gates) && a->gate_prompts == b->gate_prompts &&
-           same_setup(&a->baseline, &b->baseline);
+           same_setup(&a->baseline, &b->baseline, a->model);
 }
 
 bool scenario_remedy_is_baseline(const scenario_t *s) {
-    return s->remedy_text && same_setup(&s->baseline, &s->remedy);
+    return s->remedy_text && same_setup(&s->baseline, &s->remedy, s->model);
 }
 
 /* ---- alert rules for a short run ---------------------------------------------------- */

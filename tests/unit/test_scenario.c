@@ -160,6 +160,21 @@ static void test_proxy_replicas_and_remedy_as_baseline(void) {
     CHECK_EQ_INT(scenario_parse(again, strlen(again), "g", &s, err, sizeof err), 0);
     CHECK(scenario_remedy_is_baseline(&s));
     scenario_free(&s);
+    /* a remedy that swaps the incident's checkpoint back to the scenario's own is the baseline again;
+     * a third checkpoint is not */
+    const char *swap = "{\"title\": \"t\", \"seed\": \"000\", \"section\": \"s\", \"quote\": \"q\", \"model\": \"m-awq\","
+                       " \"baseline\": {\"load\": [\"-n\"]}, \"incident\": {\"model\": \"m\"},"
+                       " \"remedy\": {\"text\": \"quantize\", \"model\": \"m-awq\"}, \"expect\": \"decode_bound\","
+                       " \"symptom\": {\"measure\": \"itl_p50\", \"direction\": \"up\", \"where\": \"w\"}}";
+    CHECK_EQ_INT(scenario_parse(swap, strlen(swap), "u", &s, err, sizeof err), 0);
+    CHECK(scenario_remedy_is_baseline(&s));
+    scenario_free(&s);
+    char third[1024];
+    snprintf(third, sizeof third, "%s", swap);
+    memcpy(strstr(third, "\"model\": \"m-awq\"}") + 10, "m-gq", 4);
+    CHECK_EQ_INT(scenario_parse(third, strlen(third), "u", &s, err, sizeof err), 0);
+    CHECK(!scenario_remedy_is_baseline(&s));
+    scenario_free(&s);
     refused("\"window_s\": 4", "\"window_s\": 4, \"replicas\": 2", "\"replicas\": 2 servers need a \"proxy\"");
     refused("\"window_s\": 4", "\"window_s\": 4, \"replicas\": 9", "\"replicas\" must be a whole number");
     refused("\"load\": [\"--max-concurrency\", \"2\"]", "\"proxy\": [\"least_conn; return 200\"]",
