@@ -17,10 +17,10 @@
  *   avx2  the activations quantized to int16 per group once per op (to
  *       within 2^-15 of the group's largest |x|, a power-of-two step), the
  *       inner sums exact in int32 (vpmaddwd on pairs of k), the scale and
- *       zero applied per group (below): per 8 weights a shift, an AND, a
- *       multiply-add and an add on integer ports, where fp32 weights cost a
- *       convert and an FMA besides; decode about 1.2x faster than the fp32
- *       way at 1 thread and near memory's pace (docs/benchmarks.md). Its
+ *       zero applied per group (below): per 16 weights a shift, an AND, a
+ *       multiply-add and an add, where fp32 weights took an AND, a convert
+ *       and an FMA per 8; on cache-resident shapes 25 us against the fp32
+ *       kernel's 42-68 (docs/benchmarks.md). Its
  *       bits are its own: against cpu_linear on the dequantized weights
  *       applied to the int16 x it differs by fp32 rounding.
  *   avx512_bf16  activations rounded to bf16 (nearest even) once per op, as
@@ -373,12 +373,12 @@ TARGET_BF16 static void awq_panel_bf16(float *out, int64_t ldo, const uint8_t *p
  * block's uint32 holds the k-steps (2m, 2m + 1) at bits 4m and 16 + 4m, so a
  * shift by 4m and a mask 0x000f000f make the pair two 16-bit lanes, and one
  * vpmaddwd against the pair (x16(2m), x16(2m + 1)) adds both products into
- * the column's int32 lane: per 8 weights a shift, an AND, a multiply-add and
- * an add, one per 16 weights fewer than the fp32 way (an AND, a convert and
- * an FMA per 8), on integer ports that are not the FMA's. The panel's 8
+ * the column's int32 lane: per 16 weights a shift, an AND, a multiply-add
+ * and an add, where the fp32 way took an AND, a convert and an FMA per 8.
+ * The panel's 8
  * column registers are summed at once. The sums are flushed to fp32 every
  * AWQ_I16_CHUNK k-steps, so no int32 overflows (15 * 32767 * 2 per lane and
- * pair). awq_avx2_reads gives the activations this level computes with, for
+ * pair). cpu_awq_avx2_reads gives the activations this level computes with, for
  * its test's reference. */
 #define AWQ_I16_CHUNK 2048
 

@@ -69,7 +69,7 @@ void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int6
  * cpu_linear_awq_packed: out(T, N) = in(T, K) . w^T, fp32 sums; a token
  * gives the same bits whatever T. portable and avx512 give the same bits as
  * each other, the exact product but for the order of the additions; avx2
- * quantizes the activations to int16 per group first (to within 2^-16 of
+ * quantizes the activations to int16 per group first (to within 2^-15 of
  * the group's largest) and sums in integers, applying the scale and zero
  * once per group; avx512_bf16 rounds them to bf16 first, as the bf16 linear
  * does there, and applies the scale and zero once per group too

@@ -135,6 +135,8 @@ static const char *const KV_NAMES[] = {"vllm:kv_cache_usage_perc", "vllm:gpu_cac
 static const char *const ITL_NAMES[] = {"vllm:inter_token_latency_seconds_count",
                                         "vllm:time_per_output_token_seconds_count", NULL};
 static const char *const PREEMPT_NAMES[] = {"vllm:num_preemptions_total", "vllm:num_preemptions", NULL};
+/* KV cache usage that counts as full (seed 004 writes `> 90`; the series is a fraction). */
+#define KV_FULL 0.9
 static const char *const PREFIX_Q_NAMES[] = {"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total", NULL};
 static const char *const PREFIX_H_NAMES[] = {"vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total", NULL};
 
@@ -184,7 +186,7 @@ static void gauges(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
 
 /* Consecutive snapshots: the stalled intervals; the intervals that end with
  * requests waiting while the KV cache is full (r_kv_pressure's condition, one
- * interval at a time: usage at 0.9 or more, or a preemption in the interval),
+ * interval at a time: usage at KV_FULL or more, or a preemption in the interval),
  * which unlike waiting_mean leaves out the requests that only wait for the
  * next step; and the first requests' TTFT against the median of the later
  * intervals'. */
@@ -204,7 +206,7 @@ static void intervals(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
             busy++;
             if (tokens == 0) stalled++, stalled_s += b->t - a->t;
         }
-        const bool full = (kv && series_sum(b, kv, NULL, NULL) >= 0.9) || (pre && counter_delta(a, b, pre, NULL, NULL) >= 1);
+        const bool full = (kv && series_sum(b, kv, NULL, NULL) >= KV_FULL) || (pre && counter_delta(a, b, pre, NULL, NULL) >= 1);
         kv_bound += full && series_sum(b, "vllm:num_requests_waiting", NULL, NULL) > 0;
         /* TTFT less queue time: a burst that queues is not a cold start. */
         double c = counter_delta(a, b, "vllm:time_to_first_token_seconds_count", NULL, NULL);
@@ -525,7 +527,7 @@ static double r_cold_start(rule_ctx_t *c) {
  * the sampled gauge just under a full cache. */
 static double r_kv_pressure(rule_ctx_t *c) {
     double kv = ev(c, DM_kv_usage_max), wait = ev(c, DM_waiting_mean), pre = ev(c, DM_preemptions);
-    return (kv >= 0.9 || pre >= 1) && wait > 0 ? fmax(kv, 0.9) / 0.9 : 0;
+    return (kv >= KV_FULL || pre >= 1) && wait > 0 ? fmax(kv, KV_FULL) / KV_FULL : 0;
 }
 
 /* Running requests are preempted: at least 3, and one per 10 finished
