@@ -24,8 +24,8 @@ if a == ["--version"]:
 v = dict(zip(a[::2], a[1::2]))
 bf16 = "bf16" in v["-m"]
 t = int(v["-t"])
-if v["-n"] != "0":   # decode: 100 tok/s per thread in bf16, half in f32
-    ts = 100.0 * t * (1 if bf16 else 0.5)
+if v["-n"] != "0":   # decode: 100 tok/s per thread in bf16, half in f32, twice in Q4_0
+    ts = 100.0 * t * (1 if bf16 else 2 if "q4" in v["-m"] else 0.5)
 else:                # prefill
     ts = 1000.0 * t * (1 if bf16 else 0.5)
 print(json.dumps([{"n_prompt": int(v["-p"]), "n_gen": int(v["-n"]), "n_depth": int(v["-d"]),
@@ -53,7 +53,7 @@ if a[1] == "peak":   # 100 fp32 / 200 bf16 GFLOP/s per thread
     sys.exit(0)
 v = dict(zip(a[3::2], a[4::2]))
 t = int(v["--threads"])
-k = 1 if v["--dtype"] == "bfloat16" else 0.5
+k = 2 if "awq" in a[2] else 1 if v["--dtype"] == "bfloat16" else 0.5
 if a[1] == "decode":
     print("threads  decode tok/s weights GB/s   memory read GB/s fraction")
     print("%-8d %-12.1f %-14.2f %-16.2f %-10.2f" % (t, 120.0 * t * k, 1.0, 20.0 * t, 0.5))
@@ -184,6 +184,50 @@ def main():
               any("-t 2 -tb 2 -c 3056 -npp 32 -ntg 63 -npl 32" in c for c in cmds) and
               any("--threads 2 --num-prompts 32 --input-len 32 --output-len 64 --dtype bfloat16" in c for c in cmds),
               cmds)
+        # The 4-bit decode row: llama.cpp on a Q4_0 GGUF, servelab on an AWQ checkpoint; llama.cpp's
+        # bytes a step from the GGUF (a real one, written by the gguf package): output.weight's
+        # 1,000,000 and one 1,000,000-byte row of token_embd's 4.
+        awq = os.path.join(tmp, "model-awq")
+        os.makedirs(awq)
+        open(os.path.join(awq, "config.json"), "w").write("{}")
+        q4 = os.path.join(tmp, "m-q4_0.gguf")
+        try:
+            import gguf
+            import numpy as np
+            w = gguf.GGUFWriter(q4, "llama")
+            w.add_tensor("token_embd.weight", np.zeros((4, 250000), np.float32))
+            w.add_tensor("output.weight", np.zeros((250, 1000), np.float32))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            have_gguf = True
+        except ImportError:
+            open(q4, "wb").close()
+            have_gguf = False
+        r = tool(*base, "--gguf-q4", q4)
+        check("--gguf-q4 without --awq-model: usage error", r.returncode == 2 and "--awq-model" in r.stderr, r.stderr)
+        r = tool(*base, "--gguf-q4", q4, "--awq-model", tmp)
+        check("--awq-model without config.json: usage error", r.returncode == 2 and "--awq-model" in r.stderr,
+              r.stderr)
+        open(log, "w").close()
+        r = tool(*base, "--gguf-q4", q4, "--awq-model", awq, "--runs", "1", "--phases", "decode", env=env)
+        out = r.stdout
+        check("--gguf-q4 --awq-model: a 4-bit decode row per thread count, 200 vs 240 tok/s at 1 thread",
+              r.returncode == 0 and "| 4-bit | 1 | 200.0 | 240.0 | 1.20 |" in out and
+              "| 4-bit | 2 | 400.0 | 480.0 | 1.20 |" in out, out + r.stderr)
+        cmds = open(log).read().splitlines()
+        check("4-bit: llama-bench on the Q4_0 GGUF, bench decode on the AWQ checkpoint without --dtype",
+              any(c.startswith("llama-bench -m " + q4 + " -t 1 -p 0 -n 128 -d 32") for c in cmds) and
+              any(c.startswith(f"servelab bench decode {awq} --threads 1") and "--dtype" not in c for c in cmds),
+              cmds)
+        if have_gguf:
+            check("the 4-bit roofline: each side's own bytes (llama.cpp's from its GGUF)",
+                  "| 4-bit | 1 | llama.cpp 2.0 MB, servelab 100.0 MB | 20.0 | 0.02 | 1.20 |" in out, out)
+        else:
+            check("the 4-bit roofline without the gguf package: llama.cpp's bytes unknown",
+                  "| 4-bit | 1 | llama.cpp ?, servelab 100.0 MB | 20.0 | - | 1.20 |" in out, out)
+
         doc = json.load(open(os.path.join(tmp, "out.json")))
         c0 = doc["cells"][0]
         check("--json FILE: every run's figures", len(doc["cells"]) == 12 and c0["phase"] == "decode" and
