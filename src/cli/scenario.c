@@ -2,7 +2,7 @@
  *
  *   servelab scenario list [--dir DIR]
  *   servelab scenario show NAME [--dir DIR]
- *   servelab scenario run (NAME... | --all) [--remedy] [--prometheus] [--json] [--dir DIR]
+ *   servelab scenario run (NAME... | --all [--skip NAME,...]) [--remedy] [--prometheus] [--json] [--dir DIR]
  *
  * A run of one scenario (src/lab/scenario.c has the file format) is up to three phases: the
  * healthy baseline, the incident, and with --remedy the remedy. Each phase starts this binary's
@@ -73,8 +73,8 @@ extern char **environ;
 
 static const char *scn_usage = "usage: servelab scenario list [--dir DIR]\n"
                                "       servelab scenario show NAME [--dir DIR]\n"
-                               "       servelab scenario run (NAME ... | --all) [--remedy] [--prometheus] [--json] "
-                               "[--dir DIR]\n";
+                               "       servelab scenario run (NAME ... | --all [--skip NAME,...]) [--remedy] "
+                               "[--prometheus] [--json] [--dir DIR]\n";
 
 #define SCN_DEFAULT_DIR "lab/scenarios"
 
@@ -1339,8 +1339,30 @@ static bool run_one(const scenario_t *s, bool remedy, const char *tmp, const pro
 
 /* ---- the command ------------------------------------------------------------------- */
 
+/* run --all --skip LIST: drops LIST's names (comma-separated) from the n
+ * files, keeping their order; the dropped ones are freed. A name that is not
+ * a scenario of dir is an error (one line), not a no-op. */
+static int skip_names(const char *list, char **files, int *n, const char *dir) {
+    char *copy = sl_strdup(list), *save = NULL;
+    int rc = 0;
+    for (char *name = strtok_r(copy, ",", &save); name && !rc; name = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < *n && strcmp(files[k], name)) k++;
+        if (k == *n) {
+            fprintf(stderr, "servelab: error: argument --skip: no scenario %s in %s\n", name, dir);
+            rc = 2;
+            continue;
+        }
+        free(files[k]);
+        memmove(files + k, files + k + 1, (size_t)(*n - k - 1) * sizeof *files);
+        (*n)--;
+    }
+    free(copy);
+    return rc;
+}
+
 int cli_scenario(int argc, char **argv) {
-    const char *dir = SCN_DEFAULT_DIR, *verb = NULL;
+    const char *dir = SCN_DEFAULT_DIR, *verb = NULL, *skip = NULL;
     bool all = false, remedy = false, json = false, watch = false;
     char **names = sl_calloc((size_t)argc + 1, sizeof *names);
     int n_names = 0;
@@ -1349,7 +1371,7 @@ int cli_scenario(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("%s\nThe lab's incidents, one per lab/scenarios/NAME.json: a healthy baseline, the incident\n"
                    "and its remedy, each a servelab serve under bench serve load, judged by servelab diagnose\n"
-                   "(docs/lab.md, \"Scenarios\").\n\n  --all      every scenario\n  --remedy   also run the "
+                   "(docs/lab.md, \"Scenarios\").\n\n  --all      every scenario\n  --skip NAME,...  with --all: every scenario but these\n  --remedy   also run the "
                    "remedy and compare\n  --prometheus  also watch each phase with a real Prometheus and the alert rules "
                    "(windows of seconds)\n  --json     one JSON array of results\n  --dir DIR  the scenario "
                    "files (%s)\n", scn_usage, SCN_DEFAULT_DIR);
@@ -1358,6 +1380,7 @@ int cli_scenario(int argc, char **argv) {
         }
         if (!strcmp(a, "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(a, "--all")) all = true;
+        else if (!strcmp(a, "--skip") && i + 1 < argc) skip = argv[++i];
         else if (!strcmp(a, "--remedy")) remedy = true;
         else if (!strcmp(a, "--prometheus")) watch = true;
         else if (!strcmp(a, "--json")) json = true;
@@ -1371,6 +1394,7 @@ int cli_scenario(int argc, char **argv) {
     if (!strcmp(verb, "show") && n_names != 1) cli_usage_error(scn_usage, "show takes one scenario name");
     if (!strcmp(verb, "run") && (all == (n_names > 0)))
         cli_usage_error(scn_usage, "run takes scenario names or --all, not both");
+    if (skip && !(all && !strcmp(verb, "run"))) cli_usage_error(scn_usage, "--skip goes with run --all");
 
     int n_files = 0;
     char **files = list_names(dir, &n_files);
@@ -1381,6 +1405,15 @@ int cli_scenario(int argc, char **argv) {
     }
     char **run_names = all || !strcmp(verb, "list") ? files : names;
     int n_run = all || !strcmp(verb, "list") ? n_files : n_names;
+    if (skip) {
+        int rc_skip = skip_names(skip, files, &n_files, dir);
+        n_run = n_files;
+        if (rc_skip) {
+            free_names(files, n_files);
+            free(names);
+            return rc_skip;
+        }
+    }
     scenario_t *scn = sl_calloc((size_t)(n_run ? n_run : 1), sizeof *scn);
     int bad = 0;
     for (int i = 0; i < n_run; i++) bad |= load_one(dir, run_names[i], &scn[i]) != 0;

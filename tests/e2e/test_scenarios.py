@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`servelab scenario` (docs/lab.md, "Scenarios"): every scenario in lab/scenarios, run for real
-with its remedy (`run --all --remedy --json`): the diagnoser names each incident's expected cause
+with its remedy (`run --all --remedy --json`, but for the six that e2e.scenario_prometheus runs
+with --prometheus and the same checks, left out with --skip): the diagnoser names each incident's expected cause
 against the scenario's own healthy baseline, the symptom measure moves the way the scenario says,
 the remedy removes the cause and moves the measure back, and the healthy scenario raises nothing.
 Then `list`, `show`, and the refusals: an unknown scenario, a bad file (one line naming the file
@@ -14,6 +15,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_scenario_prometheus import RULES  # noqa: E402
+
+# Run by e2e.scenario_prometheus (with --prometheus), which checks them as below.
+PROMETHEUS_SCENARIOS = tuple(RULES)
 
 
 def main():
@@ -79,13 +86,22 @@ def main():
           p.returncode == 0 and "replicas: 2 servers behind the proxy" in p.stdout and
           "proxy: nginx in front: least_conn;" in p.stdout, p.stdout + p.stderr)
 
-    p = run("run", "--all", "--remedy", "--json", timeout=1800)
+    p = run("run", "--all", "--skip", "queueing,no_such_scenario")
+    check("run --all --skip with an unknown name exits 2 with one line",
+          p.returncode == 2 and "--skip: no scenario no_such_scenario" in p.stderr and p.stderr.count("\n") == 1,
+          p.stderr)
+    p = run("run", "queueing", "--skip", "healthy")
+    check("--skip without --all exits 2", p.returncode == 2 and "--skip goes with run --all" in p.stderr, p.stderr)
+
+    p = run("run", "--all", "--skip", ",".join(PROMETHEUS_SCENARIOS), "--remedy", "--json", timeout=1800)
     try:
         report = json.loads(p.stdout)
     except ValueError:
         report = []
-    check(f"run --all --remedy: a JSON result per scenario (exit {p.returncode})",
-          [r["name"] for r in report] == files, p.stdout[-500:] + p.stderr[-2000:])
+    check(f"run --all --skip (the six e2e.scenario_prometheus runs) --remedy: a JSON result per other scenario, "
+          f"in file order (exit {p.returncode})",
+          [r["name"] for r in report] == [f for f in files if f not in PROMETHEUS_SCENARIOS],
+          p.stdout[-500:] + p.stderr[-2000:])
     for r in report:
         inc = r["incident"]
         line = (f"{r['name']}: expected {r['expected']}, found {r['found']} (fired: {inc.get('ranked') or '-'})")
