@@ -24,10 +24,11 @@ open(os.environ["FAKE_LOG"], "a").write("llama-bench " + " ".join(a) + "\n")
 if a == ["--version"]:
     print("version: 9999 (fake)"); sys.exit(0)
 v = dict(zip(a[::2], a[1::2]))
-bf16 = "bf16" in v["-m"]
+gguf = os.path.basename(v["-m"])  # not the temporary directory's name, which could hold "q4"
+bf16 = "bf16" in gguf
 t = int(v["-t"])
 if v["-n"] != "0":   # decode: 100 tok/s per thread in bf16, half in f32, twice in Q4_0
-    ts = 100.0 * t * (1 if bf16 else 2 if "q4" in v["-m"] else 0.5)
+    ts = 100.0 * t * (1 if bf16 else 2 if "q4" in gguf else 0.5)
 else:                # prefill
     ts = 1000.0 * t * (1 if bf16 else 0.5)
 print(json.dumps([{"n_prompt": int(v["-p"]), "n_gen": int(v["-n"]), "n_depth": int(v["-d"]),
@@ -55,7 +56,7 @@ if a[1] == "peak":   # 100 fp32 / 200 bf16 GFLOP/s per thread
     sys.exit(0)
 v = dict(zip(a[3::2], a[4::2]))
 t = int(v["--threads"])
-k = 2 if "awq" in a[2] else 1 if v["--dtype"] == "bfloat16" else 0.5
+k = 2 if "awq" in os.path.basename(a[2]) else 1 if v["--dtype"] == "bfloat16" else 0.5
 if a[1] == "decode":
     print(@DECODE_HEADER@)
     print("%-4d %-8d %-12.1f %-14.2f %-16.2f %-10.2f %-10.1f" % (1, t, 120.0 * t * k, 1.0, 20.0 * t, 0.5, 0.0))
