@@ -35,17 +35,16 @@ def main():
         results.append(bool(cond))
         print(f"{'ok  ' if cond else 'FAIL'} {name}{'' if cond else ': ' + str(detail)}", flush=True)
 
-    rules = RULES
-    p = subprocess.run([args.servelab, "scenario", "run", *rules, "--remedy", "--prometheus", "--json"],
+    p = subprocess.run([args.servelab, "scenario", "run", *RULES, "--remedy", "--prometheus", "--json"],
                        cwd=args.root, capture_output=True, text=True, timeout=900)
     try:
         report = json.loads(p.stdout)
     except ValueError:
         report = []
-    check(f"run {' '.join(rules)} --remedy --prometheus: a JSON result each (exit {p.returncode})",
-          [r.get("name") for r in report] == list(rules), p.stdout[-500:] + p.stderr[-2000:])
+    check(f"run {' '.join(RULES)} --remedy --prometheus: a JSON result each (exit {p.returncode})",
+          [r.get("name") for r in report] == list(RULES), p.stdout[-500:] + p.stderr[-2000:])
     for r in report:
-        name, rule = r["name"], rules.get(r["name"])
+        name, rule = r["name"], RULES.get(r["name"])
         base, inc, rem = r["baseline"], r["incident"], r["remedy"]
         line = f"{name}: expected {r['expected']}, found {r['found']} (fired: {inc.get('ranked') or '-'})"
         if r.get("measure"):
