@@ -520,23 +520,27 @@ static double r_cold_start(rule_ctx_t *c) {
     return r >= 10 && excess >= e2e ? r / 10 : 0;
 }
 
-/* The KV cache is over 90% full and requests wait (seed 004's queueing
- * check, on the fraction vLLM exports: 0.9, not 90). A preemption also says
- * the cache was full: the scheduler preempts only when no block is free, and
- * the blocks it frees are free at the next scrape, so a storm of them keeps
- * the sampled gauge just under a full cache. */
-static double r_kv_pressure(rule_ctx_t *c) {
-    double kv = ev(c, DM_kv_usage_max), wait = ev(c, DM_waiting_mean), pre = ev(c, DM_preemptions);
-    return (kv >= KV_FULL || pre >= 1) && wait > 0 ? fmax(kv, KV_FULL) / KV_FULL : 0;
-}
-
-/* Running requests are preempted: at least 3, and one per 10 finished
- * (seed 004: "total preemptions should be 0"; vLLM V1 logs no warning). */
+/* Running requests are preempted more often than requests finish: at least 3
+ * preemptions and one per finished request, so the engine recomputes more
+ * sequences than it completes (seed 002: "cache preemptions: are prompt/
+ * output/concurrency limits too high?"; seed 003: "mis-configurations cause
+ * either OOM or excessive preemption"; seed 004: "total preemptions should be
+ * 0"). Fewer say a full cache, which kv_pressure reads. */
 static double r_preemption_storm(rule_ctx_t *c) {
     double n = ev(c, DM_preemptions), per = ev(c, DM_preemptions_per_request);
     ev(c, DM_log_preemption_lines);
     if (!(n >= 3)) return 0;
-    return !(M(c, DM_requests_finished) > 0) ? n / 3 : per >= 0.1 ? per / 0.1 : 0;
+    return !(M(c, DM_requests_finished) > 0) ? n / 3 : per >= 1 ? per : 0;
+}
+
+/* The KV cache is over 90% full and requests wait (seed 004's queueing
+ * check, on the fraction vLLM exports: 0.9, not 90). A preemption also says
+ * the cache was full: the scheduler preempts only when no block is free, and
+ * the blocks it frees are free at the next scrape, so preemptions keep the
+ * sampled gauge just under a full cache. */
+static double r_kv_pressure(rule_ctx_t *c) {
+    double kv = ev(c, DM_kv_usage_max), wait = ev(c, DM_waiting_mean), pre = ev(c, DM_preemptions);
+    return (kv >= KV_FULL || pre >= 1) && wait > 0 ? fmax(kv, KV_FULL) / KV_FULL : 0;
 }
 
 /* Requests wait and queue time is most of TTFT (seed 004: "system is full,
@@ -696,13 +700,13 @@ static const rule_t rules[] = {
      {"Warm up on boot: send warm-up requests before taking traffic (seed 000)",
       "Keep CUDA graphs and compiled kernels: do not serve with --enforce-eager for latency, and let startup "
       "warm-up run"}},
+    {"preemption_storm", "running requests are preempted and recomputed more often than requests finish", r_preemption_storm, false,
+     {"Lower --max-num-seqs or --max-model-len so running sequences fit the KV cache (seed 002)",
+      "Give the KV cache more memory (--gpu-memory-utilization) (seed 003)"}},
     {"kv_pressure", "the KV cache is full and requests wait for it", r_kv_pressure, false,
      {"Give the KV cache more room: raise --gpu-memory-utilization or shrink --max-model-len (seed 000)",
       "Lower --max-num-seqs or cap output tokens so sequences fit (seed 002)",
       "Add VRAM, replicas or KV-cache quantization (seed 004)"}},
-    {"preemption_storm", "running requests are preempted and recomputed", r_preemption_storm, false,
-     {"Lower --max-num-seqs or --max-model-len so running sequences fit the KV cache (seed 002)",
-      "Give the KV cache more memory (--gpu-memory-utilization) (seed 003)"}},
     {"engine_errors", "requests end with engine errors", r_engine_errors, false,
      {"Read the engine's ERROR lines for the failing requests (pass --log to see them here)",
       "If the errors follow long prompts or high concurrency, treat them as memory pressure (see oom)"}},

@@ -14,16 +14,20 @@ range too). Cases:
                pool is large: requests wait for a sequence slot, not for memory)
   runaway      suppress_eos, requests that would stop early       -> VLLMRunawayGeneration only
   http_errors  http_error rate=50 (429s and 503s)                 -> VLLMHighErrorRate only
-  kv_pressure  160 KV blocks, 64 clients whose sequences grow to   -> VLLMKVCachePressure, and with
-               7 blocks each                                         it VLLMPreemptions (seed 004's
-                                                                     "queueing issue" is waiting
-                                                                     AND cache full); VLLMQueueing
-                                                                     may fire too: whether queue
-                                                                     time is half of TTFT depends
-                                                                     on how many requests are
-                                                                     preempted before their first
-                                                                     token (that wait counts as
-                                                                     prefill, as in vLLM)
+  kv_pressure  160 KV blocks, 64 clients whose sequences grow to   -> VLLMKVCachePressure (seed
+               7 blocks each                                         004's "queueing issue" is
+                                                                     waiting AND cache full);
+                                                                     VLLMQueueing may fire too:
+                                                                     whether queue time is half of
+                                                                     TTFT depends on how many
+                                                                     requests are preempted before
+                                                                     their first token (that wait
+                                                                     counts as prefill, as in
+                                                                     vLLM); so may
+                                                                     VLLMPreemptionStorm: 448
+                                                                     blocks wanted of 160 come
+                                                                     near one preemption a
+                                                                     finished request
   engine_stall engine_stall while requests run                    -> VLLMEngineStalled only
 
 Requests end with finish_reason "stop" (a stop token id found by probing the greedy output), so
@@ -54,7 +58,7 @@ RULES = os.path.join(HERE, "..", "..", "tools", "prometheus")
 NAME = "tiny"
 ADMIN = "alerts-admin-key"
 WINDOW, FOR = "10s", "3s"
-ALL_ALERTS = {"VLLMQueueing", "VLLMKVCachePressure", "VLLMPreemptions", "VLLMRunawayGeneration",
+ALL_ALERTS = {"VLLMQueueing", "VLLMKVCachePressure", "VLLMPreemptionStorm", "VLLMRunawayGeneration",
               "VLLMUpstreamBottleneck", "VLLMEngineStalled", "VLLMHighErrorRate", "VLLMTTFTRegression",
               "VLLMITLRegression"}
 
@@ -233,7 +237,7 @@ def main():
         "http_errors": (["--max-num-seqs", "4"], {"VLLMHighErrorRate"}, set()),
         "engine_stall": (["--max-num-seqs", "4"], {"VLLMEngineStalled"}, set()),
         "kv_pressure": (["--max-num-seqs", "64", "--num-gpu-blocks-override", "160", "--no-enable-prefix-caching"],
-                        {"VLLMKVCachePressure", "VLLMPreemptions"}, {"VLLMQueueing"}),
+                        {"VLLMKVCachePressure"}, {"VLLMQueueing", "VLLMPreemptionStorm"}),
     }
     servers = {c: Server(args.servelab, args.model, tmp, c, *extra) for c, (extra, _, _) in cases.items()}
     prom = None

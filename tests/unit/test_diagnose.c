@@ -426,8 +426,17 @@ static void test_specific_causes_rank_first(void) {
     top(&m, NULL, "kv_pressure", &fired);
     CHECK(!fired);
     m.v[DM_preemptions] = 30, m.v[DM_preemptions_per_request] = 0.2, m.v[DM_requests_finished] = 150;
-    CHECK(!strcmp(top(&m, NULL, "preemption_storm", &fired), "kv_pressure") && fired);
-    m.v[DM_waiting_mean] = 0;
+    CHECK(!strcmp(top(&m, NULL, "preemption_storm", &fired), "kv_pressure") && !fired);
+    /* More preemptions than finished requests: a storm, which is KV pressure too and ranks
+     * above it; requests finish no more (all evicted): a storm from 3 preemptions. */
+    m.v[DM_preemptions] = 300, m.v[DM_preemptions_per_request] = 2;
+    CHECK(!strcmp(top(&m, NULL, "kv_pressure", &fired), "preemption_storm") && fired);
+    m.v[DM_preemptions] = 3, m.v[DM_preemptions_per_request] = NAN, m.v[DM_requests_finished] = 0;
+    CHECK(!strcmp(top(&m, NULL, "kv_pressure", &fired), "preemption_storm") && fired);
+    m.v[DM_preemptions] = 2;
+    CHECK(!strcmp(top(&m, NULL, "preemption_storm", &fired), "kv_pressure") && !fired);
+    m.v[DM_preemptions] = 300, m.v[DM_preemptions_per_request] = 2, m.v[DM_requests_finished] = 150;
+    m.v[DM_waiting_mean] = 0; /* the storm alone: no request waits (kv_pressure needs one) */
     CHECK(!strcmp(top(&m, NULL, "kv_pressure", &fired), "preemption_storm") && !fired);
 }
 
