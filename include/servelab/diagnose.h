@@ -66,7 +66,8 @@ const char *prom_label(const prom_sample_t *x, const char *key);
     X(queue_time_mean) X(queue_share_of_ttft) X(prefill_time_mean) X(first_ttft) X(first_ttft_ratio)                \
     X(waiting_mean) X(waiting_max) X(running_mean) X(running_max)                                     \
     X(inflight_mean) X(expected_inflight) X(inflight_vs_expected)                                     \
-    X(kv_usage_mean) X(kv_usage_max) X(kv_usage_idle) X(kv_usage_per_running) X(kv_bound_share)     \
+    X(kv_usage_mean) X(kv_usage_max) X(kv_usage_idle) X(kv_usage_per_running) X(kv_pool_blocks)     \
+    X(kv_bound_share)                                                                                 \
     X(preemptions) X(preemptions_per_request) X(prefix_hit_rate)                                      \
     X(spec_draft_tokens) X(spec_acceptance_rate)                                                      \
     X(prompt_tokens_per_s) X(generation_tokens_per_s) X(prompt_tokens_per_request)                    \

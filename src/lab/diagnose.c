@@ -157,10 +157,24 @@ static int cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* The KV pool's size in blocks: vllm:cache_config_info's num_gpu_blocks label
+ * in the last snapshot; NAN without it. */
+static double pool_blocks(const prom_snapshot_t *s) {
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->samples[i].name, "vllm:cache_config_info")) continue;
+        const char *v = prom_label(&s->samples[i], "num_gpu_blocks");
+        char *end;
+        double blocks = v ? strtod(v, &end) : NAN;
+        return v && end != v && !*end && blocks > 0 ? blocks : NAN;
+    }
+    return NAN;
+}
+
 /* Gauges over every snapshot: running, waiting, KV usage, the KV usage with
  * nothing scheduled (what a leak leaves), per running request. */
 static void gauges(const prom_snapshot_t *snaps, int n, diag_measures_t *m) {
     const char *kv = first_present(&snaps[n - 1], KV_NAMES);
+    m->v[DM_kv_pool_blocks] = pool_blocks(&snaps[n - 1]);
     double run_sum = 0, wait_sum = 0, kv_sum = 0, per_run = 0;
     int n_kv = 0, n_per_run = 0;
     m->v[DM_running_max] = m->v[DM_waiting_max] = m->v[DM_kv_usage_max] = NAN;
@@ -465,16 +479,25 @@ static double tokens_per_request_vs_base(rule_ctx_t *c) {
     return isfinite(now) && isfinite(base) && now > 0 && base > 0 ? now / base : 1;
 }
 
+/* How many times the baseline's KV pool (in blocks) this one is; 1 when
+ * either size is unknown. */
+static double pool_vs_base(rule_ctx_t *c) {
+    double now = ev(c, DM_kv_pool_blocks), base = B(c, DM_kv_pool_blocks);
+    return isfinite(now) && isfinite(base) && now > 0 && base > 0 ? now / base : 1;
+}
+
 /* KV blocks stay allocated with nothing running or waiting (vLLM counts
  * cached-but-free blocks as free), or, against a baseline, each running
- * request holds twice the KV it did for as many tokens (seed 003 case 2:
- * slow degradation). */
+ * request holds twice the KV blocks it did for as many tokens (seed 003 case
+ * 2: slow degradation). */
 static double r_kv_leak(rule_ctx_t *c) {
     double idle = ev(c, DM_kv_usage_idle);
     if (idle >= 0.01) return idle / 0.01;
     if (!c->b) return 0;
-    /* Per token a request holds: longer prompts or outputs hold more KV without a leak. */
-    double r = vs_base(c, DM_kv_usage_per_running) / tokens_per_request_vs_base(c);
+    /* Blocks, not the usage fraction: a pool of another size (a wider --dtype or KV dtype,
+     * another memory budget) moves the fraction a request holds without a leak. Per token:
+     * longer prompts or outputs hold more KV without one either. */
+    double r = vs_base(c, DM_kv_usage_per_running) * pool_vs_base(c) / tokens_per_request_vs_base(c);
     return r >= 2 ? r / 2 : 0;
 }
 
@@ -499,13 +522,16 @@ static double r_runaway(rule_ctx_t *c) {
  * must not account for it: where the engine computes in the API's process (a
  * CPU backend), prompt tokens the prefix cache no longer serves cost CPU too,
  * but they lengthen vllm:request_prefill_time_seconds, which work before the
- * engine does not. */
+ * engine does not. Nor its decoding: slower decode steps (float32 weights
+ * where the baseline read 4-bit ones) cost CPU per prompt token too, and
+ * lengthen the inter-token latency as much. */
 static double r_tokenizer_bound(rule_ctx_t *c) {
     if (!c->b) return 0;
     double cpu = vs_base(c, DM_cpu_ms_per_prompt_token), ttft = vs_base(c, DM_ttft_mean);
     double fed = vs_base(c, DM_prompt_tokens_per_s), busy = vs_base(c, DM_cpu_seconds_per_s);
-    double prefill = vs_base(c, DM_prefill_time_mean);
+    double prefill = vs_base(c, DM_prefill_time_mean), itl = vs_base(c, DM_itl_mean);
     if (prefill >= 2 && prefill >= ttft / 1.5) return 0;
+    if (itl >= 2 && itl >= cpu / 1.5) return 0;
     return cpu >= 3 && (ttft >= 1.5 || fed <= 2.0 / 3) && !(busy < 0.5) ? cpu / 3 : 0;
 }
 

@@ -105,6 +105,22 @@ static void test_renamed_series_and_counter_resets(void) {
     CHECK(m.v[DM_kv_usage_max] == 0.7);
     CHECK(m.v[DM_preemptions] == 4);
     CHECK(m.v[DM_inflight_vs_expected] == 0.25);
+    CHECK(isnan(m.v[DM_kv_pool_blocks])); /* no vllm:cache_config_info */
+    prom_snapshot_free(&s[0]);
+    prom_snapshot_free(&s[1]);
+    /* The pool's size in blocks: vllm:cache_config_info's num_gpu_blocks label, as vLLM has it. */
+    parse(&s[0], "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",num_gpu_blocks=\"80\"} 1\n"
+                 "vllm:num_requests_running 1\n", 0);
+    parse(&s[1], "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",num_gpu_blocks=\"80\"} 1\n"
+                 "vllm:num_requests_running 1\n", 1);
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(m.v[DM_kv_pool_blocks] == 80);
+    prom_snapshot_free(&s[0]);
+    prom_snapshot_free(&s[1]);
+    parse(&s[0], "vllm:cache_config_info{num_gpu_blocks=\"None\"} 1\n", 0);
+    parse(&s[1], "vllm:cache_config_info{num_gpu_blocks=\"None\"} 1\n", 1);
+    diag_measure(s, 2, 0, NULL, &m);
+    CHECK(isnan(m.v[DM_kv_pool_blocks]));
     prom_snapshot_free(&s[0]);
     prom_snapshot_free(&s[1]);
 }
@@ -351,7 +367,14 @@ static void test_rules_against_a_baseline(void) {
     CHECK(!fired);
     m.v[DM_prompt_tokens_per_request] = 60;
     CHECK(!strcmp(top(&m, &b, "kv_leak", &fired), "kv_leak"));
-    b.v[DM_prompt_tokens_per_request] = NAN;
+    /* Nor when the pool holds half the blocks (float32 KV in the same memory): as many blocks
+     * a request; a leak still when the pool is as large. */
+    b.v[DM_kv_pool_blocks] = 400, m.v[DM_kv_pool_blocks] = 200;
+    top(&m, &b, "kv_leak", &fired);
+    CHECK(!fired);
+    m.v[DM_kv_pool_blocks] = 400;
+    CHECK(!strcmp(top(&m, &b, "kv_leak", &fired), "kv_leak"));
+    b.v[DM_prompt_tokens_per_request] = NAN, b.v[DM_kv_pool_blocks] = NAN;
     /* Long prompts: TTFT x100 with decoding 4x slower (attention over a longer context) is still
      * prefill; a slower engine slows both alike (TTFT x3, ITL x3): not prefill. */
     m = b, m.v[DM_ttft_p50] = 5, m.v[DM_ttft_mean] = 5, m.v[DM_e2e_mean] = 5.5, m.v[DM_queue_share_of_ttft] = 0;
@@ -381,6 +404,18 @@ static void test_rules_against_a_baseline(void) {
     m.v[DM_prefill_time_mean] = 0.04; /* the engine's part unchanged: TTFT grew before it */
     CHECK(!strcmp(top(&m, &b, "tokenizer_bound", &fired), "tokenizer_bound"));
     b.v[DM_prefill_time_mean] = NAN;
+    /* CPU per prompt token x4 because each decode step costs 3.5 times as much (float32 weights
+     * where the baseline read 4-bit ones): the inter-token latency grew with it, not the
+     * tokenizer. A decode only twice as slow does not account for the x4. */
+    const double itl_base = b.v[DM_itl_mean];
+    b.v[DM_itl_mean] = 0.012, b.v[DM_prompt_tokens_per_s] = 300;
+    m = b, m.v[DM_cpu_ms_per_prompt_token] = 2, m.v[DM_prompt_tokens_per_s] = 100, m.v[DM_itl_mean] = 0.042;
+    top(&m, &b, "tokenizer_bound", &fired);
+    CHECK(!fired);
+    m.v[DM_itl_mean] = 0.024;
+    top(&m, &b, "tokenizer_bound", &fired);
+    CHECK(fired);
+    b.v[DM_itl_mean] = itl_base, b.v[DM_prompt_tokens_per_s] = NAN;
     /* Speculation: under a quarter of 50+ drafted tokens kept and no faster per output token;
      * a low rate that still pays, or too few drafts, is not a cause. */
     b.v[DM_tpot_mean] = 0.01;
