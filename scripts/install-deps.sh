@@ -2,7 +2,8 @@
 # Installs what servelab needs, and nothing that is already there.
 #   scripts/install-deps.sh run    to build and serve: the compiler and libraries, python3 and
 #                                  the packages tools/import-gguf needs (make run)
-#   scripts/install-deps.sh test   all of run, plus what the tests use: clang and its fuzzing
+#   scripts/install-deps.sh test   all of run, plus what the tests use: ccache (make test's four
+#                                  builds compile the same sources), clang and its fuzzing
 #                                  runtime, Prometheus, Chromium (the lab page's browser test),
 #                                  nginx (the lab scenarios' gateway and load balancer) and its
 #                                  Prometheus exporter,
@@ -19,7 +20,7 @@ apt_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsen
 # Python packages: module name -> pip requirement. gguf brings numpy.
 declare -A py_pkgs=([numpy]="numpy>=1.24" [gguf]="gguf>=0.17")
 if [ "$what" = test ]; then
-    apt_pkgs+=(sentencepiece clang libclang-rt-14-dev prometheus prometheus-nginx-exporter chromium nginx-light)
+    apt_pkgs+=(ccache sentencepiece clang libclang-rt-14-dev prometheus prometheus-nginx-exporter chromium nginx-light)
     py_pkgs+=([openai]="openai>=1.40" [tokenizers]="tokenizers>=0.20" [jsonschema]="jsonschema>=4.18")
 fi
 
