@@ -3,7 +3,7 @@
 #   scripts/install-deps.sh run    to build and serve: the compiler and libraries, python3 and
 #                                  the packages tools/import-gguf needs (make run)
 #   scripts/install-deps.sh test   all of run, plus what the tests use: ccache (make test's four
-#                                  builds compile the same sources), clang and its fuzzing
+#                                  builds take what an earlier run compiled from it), clang and its fuzzing
 #                                  runtime, Prometheus, Chromium (the lab page's browser test),
 #                                  nginx (the lab scenarios' gateway and load balancer) and its
 #                                  Prometheus exporter,
