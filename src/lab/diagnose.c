@@ -726,7 +726,8 @@ static const rule_t rules[] = {
      {"Warm up on boot: send warm-up requests before taking traffic (seed 000)",
       "Keep CUDA graphs and compiled kernels: do not serve with --enforce-eager for latency, and let startup "
       "warm-up run"}},
-    {"preemption_storm", "running requests are preempted and recomputed more often than requests finish", r_preemption_storm, false,
+    {"preemption_storm", "running requests are preempted and recomputed more often than requests finish",
+     r_preemption_storm, false,
      {"Lower --max-num-seqs or --max-model-len so running sequences fit the KV cache (seed 002)",
       "Give the KV cache more memory (--gpu-memory-utilization) (seed 003)"}},
     {"kv_pressure", "the KV cache is full and requests wait for it", r_kv_pressure, false,
