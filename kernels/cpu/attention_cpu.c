@@ -14,11 +14,13 @@
  * that keys lie along the vector lanes), then the query rows go ATTN_R at a
  * time through a GEMM-style register tile (attend_rows): S = Q K^T, the
  * online softmax (running max and sum, the accumulator rescaled when the
- * max moves), O += P V. Prefill and decode alike are matrix products in
- * registers; decode's few rows make the gather its cost, so the rows ahead
- * are prefetched (the blocks are scattered). Every output element is one
- * chain of operations in a fixed order, whatever the other rows of its tile,
- * so a token's output does not depend on the other tokens of its step.
+ * max moves), O += P V: matrix products in registers. An item of at most
+ * ATTN_R rows (decode: one token's KV group) uses each row once, so it skips
+ * the gather: its rows stay in registers and read the K and V rows where they
+ * lie in the cache (attend_direct), the rows ahead prefetched (the blocks
+ * are scattered). Every output element is one chain of operations in a fixed
+ * order on either path, whatever the other rows of its tile, so a token's
+ * output does not depend on the other tokens of its step.
  * Nothing is sized by the context. The vector code is GCC's vector
  * extension on 8 lanes, compiled once per ISA level (cpu_isa.h) and chosen
  * at run time, with FMA contraction on for this file (CMakeLists.txt); exp
@@ -299,6 +301,40 @@ V8_FN void gather_block(const attn_args_t *a, sl_dtype_t dt, bool f16c, const in
     }
 }
 
+/* The online softmax over one block's scores, rows r < R: w holds each row's
+ * n16 raw scores (ATTN_KB apart); keys past the row's n[r] are masked, the
+ * rest scaled, the running max m and sum l updated, and the weights e^(s -
+ * m) left in w; cr[r] is the factor the row's accumulator is rescaled by.
+ * A row that sees none of the block's keys gets zero weights and cr 1. */
+V8_FN void block_softmax(const int R, float scale, const int64_t *n, int64_t n16, float *w, float *mrow, float *lrow,
+                         float *cr) {
+    const v8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int r = 0; r < R; r++) {
+        float *wr = w + r * ATTN_KB, mx = mrow[r];
+        cr[r] = 1.0f;
+        if (n[r] == 0) { /* a row whose keys all come before this block: no change */
+            memset(wr, 0, (size_t)n16 * sizeof *wr);
+            continue;
+        }
+        for (int64_t c = 0; c < n16; c += 8) {
+            v8i seen = lane + (float)c < (float)n[r];
+            v8 v = v8_select(seen, v8_load(wr + c) * scale, (v8){0} - INFINITY);
+            v8_store(wr + c, v);
+            float mc = v8_max(v);
+            mx = mc > mx ? mc : mx;
+        }
+        v8 sum = (v8){0};
+        for (int64_t c = 0; c < n16; c += 8) {
+            v8 e = v8_exp_neg(v8_load(wr + c) - mx);
+            v8_store(wr + c, e);
+            sum += e;
+        }
+        cr[r] = exp_neg(mrow[r] - mx);
+        lrow[r] = lrow[r] * cr[r] + v8_sum(sum);
+        mrow[r] = mx;
+    }
+}
+
 /* R query rows (r0 .. r0 + R - 1 of the item) against one block of keys:
  * kt holds the block's keys d-major in panels of 16 (kt[(j / 16) * D * 16 +
  * d * 16 + j % 16], zero past the block's nk keys), vb its V rows (stride
@@ -343,32 +379,8 @@ V8_FN void attend_rows(const int R, const attn_args_t *a, const attn_tile_t *til
             v8_store(w + r * ATTN_KB + c + 8, s1[r]);
         }
     }
-    const v8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     float cr[ATTN_R];
-    for (int r = 0; r < R; r++) {
-        float *wr = w + r * ATTN_KB, mx = mrow[r0 + r];
-        cr[r] = 1.0f;
-        if (n[r] == 0) { /* a row whose keys all come before this block: no change */
-            memset(wr, 0, (size_t)n16 * sizeof *wr);
-            continue;
-        }
-        for (int64_t c = 0; c < n16; c += 8) {
-            v8i seen = lane + (float)c < (float)n[r];
-            v8 v = v8_select(seen, v8_load(wr + c) * a->scale, (v8){0} - INFINITY);
-            v8_store(wr + c, v);
-            float mc = v8_max(v);
-            mx = mc > mx ? mc : mx;
-        }
-        v8 sum = (v8){0};
-        for (int64_t c = 0; c < n16; c += 8) {
-            v8 e = v8_exp_neg(v8_load(wr + c) - mx);
-            v8_store(wr + c, e);
-            sum += e;
-        }
-        cr[r] = exp_neg(mrow[r0 + r] - mx);
-        lrow[r0 + r] = lrow[r0 + r] * cr[r] + v8_sum(sum);
-        mrow[r0 + r] = mx;
-    }
+    block_softmax(R, a->scale, n, n16, w, mrow + r0, lrow + r0, cr);
     for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
         v8 o0[ATTN_R], o1[ATTN_R];
         for (int r = 0; r < R; r++) o0[r] = o1[r] = (v8){0};
@@ -383,6 +395,151 @@ V8_FN void attend_rows(const int R, const attn_args_t *a, const attn_tile_t *til
             float *ar = acc + (r0 + r) * Dp + d0;
             v8_store(ar, v8_load(ar) * cr[r] + o0[r]);
             v8_store(ar + 8, v8_load(ar + 8) * cr[r] + o1[r]);
+        }
+    }
+}
+
+/* ---- decode: the rows against the cache in place ----------------------------
+ * An item of at most ATTN_R rows (a decode step's token: its KV group's query
+ * heads) reads each K and V row once, so gathering them into scratch first
+ * (gather_block) costs more than the arithmetic: a store and a load per
+ * element on top of the widening. attend_direct keeps the rows in registers
+ * and reads the cache where it lies: per 8 keys, their K rows are
+ * transposed in registers and go straight into the scores; P V reads the V
+ * rows themselves. Every element goes through the chain attend_rows gives
+ * it (the same FMAs in the same order, on the same widened values), so a
+ * token's output has the same bits on either path, whatever its step. A
+ * bf16 row is read as 32-bit words, pairs of elements (2m, 2m + 1): the
+ * words are transposed (half the shuffles of widened elements), and a shift
+ * left by 16 makes the even element an fp32, a mask the odd one. For f32
+ * and bf16 caches with D a multiple of 16 (fp8 and other head dims gather). */
+
+/* The cache slots of a sequence's positions p, p + 1, ... in turn (table
+ * lookups, no division). */
+typedef struct {
+    const int32_t *table;
+    int64_t B, block, off;
+} slot_walk_t;
+
+V8_FN slot_walk_t slot_walk(const int32_t *table, int64_t B, int64_t p) { return (slot_walk_t){table, B, p / B, p % B}; }
+V8_FN int64_t slot_next(slot_walk_t *w) {
+    int64_t slot = (int64_t)w->table[w->block] * w->B + w->off;
+    if (++w->off == w->B) w->off = 0, w->block++;
+    return slot;
+}
+
+V8_FN v8 v8_load_bytes(const uint8_t *p) {
+    v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+/* The even and odd elements of 8 words of bf16 pairs, as fp32. */
+V8_FN v8 bf16_even(v8 words) { return (v8)((v8i)words << 16); }
+V8_FN v8 bf16_odd(v8 words) { return (v8)((v8i)words & ~0xffff); }
+
+/* The R rows' scores against 8 keys (kr: their K rows of this head), into
+ * w[r * ATTN_KB + 0..7]: s[r] += q[r][d] * k[d] over d in order, keys along
+ * the lanes, as attend_rows sums them. */
+V8_FN void direct_scores(const int R, sl_dtype_t dt, const float *const *qv, const uint8_t *const *kr, int64_t D,
+                         float *w) {
+    v8 s[ATTN_R];
+    for (int r = 0; r < R; r++) s[r] = (v8){0};
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        v8 x[8];
+        if (dt == DTYPE_BF16) {
+            for (int i = 0; i < 8; i++) x[i] = v8_load_bytes(kr[i] + 2 * d0);
+            transpose8(x); /* x[m]: elements d0 + 2m and d0 + 2m + 1 of the 8 keys */
+            for (int m = 0; m < 8; m++) {
+                const v8 ke = bf16_even(x[m]), ko = bf16_odd(x[m]);
+                for (int r = 0; r < R; r++) s[r] += qv[r][d0 + 2 * m] * ke;
+                for (int r = 0; r < R; r++) s[r] += qv[r][d0 + 2 * m + 1] * ko;
+            }
+        } else {
+            for (int64_t h = d0; h < d0 + 16; h += 8) {
+                for (int i = 0; i < 8; i++) x[i] = v8_load((const float *)kr[i] + h);
+                transpose8(x);
+                for (int k = 0; k < 8; k++)
+                    for (int r = 0; r < R; r++) s[r] += qv[r][h + k] * x[k];
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) v8_store(w + r * ATTN_KB, s[r]);
+}
+
+/* The item's rows (all R of them, r0 = 0) over the keys 0..last, block by
+ * block as attention_item walks them, into acc, mrow and lrow. */
+V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const attn_tile_t *tile, int64_t g,
+                         int32_t last, float *w, float *acc, float *mrow, float *lrow) {
+    static const float zeros[ATTN_MAX_D];
+    const int64_t D = a->D, group = a->H / a->Hkv, Hkv = a->Hkv, n_keys = (int64_t)last + 1;
+    const size_t row_bytes = (size_t)D * dtype_size(dt);
+    const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
+    const uint8_t *kc = a->kc, *vc = a->vc;
+    const float *qv[ATTN_R];
+    for (int r = 0; r < R; r++) qv[r] = a->q + ((tile->t0 + r / group) * a->H + g * group + r % group) * D;
+    /* `ahead` runs 16 keys ahead of the rows read: their lines are fetched
+     * while these are summed (the blocks are scattered, so the hardware
+     * cannot guess them). */
+    slot_walk_t at = slot_walk(table, a->B, 0), ahead = slot_walk(table, a->B, 16);
+    int64_t p_ahead = 16;
+    const uint8_t *kr[ATTN_KB], *vr[ATTN_KB];
+    for (int64_t p0 = 0; p0 < n_keys; p0 += ATTN_KB) {
+        const int64_t nk = n_keys - p0 < ATTN_KB ? n_keys - p0 : ATTN_KB;
+        int64_t n[ATTN_R], nmax = 0;
+        for (int r = 0; r < R; r++) {
+            n[r] = a->positions[tile->t0 + r / group] + 1 - p0;
+            n[r] = n[r] < 0 ? 0 : n[r] > nk ? nk : n[r];
+            nmax = n[r] > nmax ? n[r] : nmax;
+        }
+        const int64_t n16 = (nmax + 15) / 16 * 16;
+        for (int64_t j = 0; j < n16; j++) {
+            if (j < nk) {
+                size_t off = (size_t)(slot_next(&at) * Hkv + g) * row_bytes;
+                kr[j] = kc + off, vr[j] = vc + off;
+            } else {
+                kr[j] = vr[j] = (const uint8_t *)zeros;
+            }
+        }
+        for (int64_t j = n16; j < nk; j++) slot_next(&at); /* keys no row sees: skipped */
+        if (nmax == 0) continue;
+        for (int64_t j0 = 0; j0 < n16; j0 += 8) {
+            for (; p_ahead < n_keys && p_ahead < p0 + j0 + 24; p_ahead++) {
+                size_t off = (size_t)(slot_next(&ahead) * Hkv + g) * row_bytes;
+                for (size_t l = 0; l < row_bytes; l += 64) {
+                    __builtin_prefetch(kc + off + l);
+                    __builtin_prefetch(vc + off + l);
+                }
+            }
+            direct_scores(R, dt, qv, kr + j0, D, w + j0);
+        }
+        float cr[ATTN_R];
+        block_softmax(R, a->scale, n, n16, w, mrow, lrow, cr);
+        for (int64_t d0 = 0; d0 < D; d0 += 16) {
+            v8 o0[ATTN_R], o1[ATTN_R];
+            for (int r = 0; r < R; r++) o0[r] = o1[r] = (v8){0};
+            for (int64_t j = 0; j < nmax; j++) {
+                v8 v0, v1;
+                if (dt == DTYPE_BF16) { /* the even elements in v0, the odd in v1 */
+                    const v8 x = v8_load_bytes(vr[j] + 2 * d0);
+                    v0 = bf16_even(x), v1 = bf16_odd(x);
+                } else {
+                    v0 = v8_load((const float *)vr[j] + d0), v1 = v8_load((const float *)vr[j] + d0 + 8);
+                }
+                for (int r = 0; r < R; r++) {
+                    o0[r] += w[r * ATTN_KB + j] * v0;
+                    o1[r] += w[r * ATTN_KB + j] * v1;
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                if (dt == DTYPE_BF16) { /* back in element order */
+                    const v8 e = o0[r], o = o1[r];
+                    o0[r] = __builtin_shuffle(e, o, (v8i){0, 8, 1, 9, 2, 10, 3, 11});
+                    o1[r] = __builtin_shuffle(e, o, (v8i){4, 12, 5, 13, 6, 14, 7, 15});
+                }
+                float *ar = acc + r * D + d0;
+                v8_store(ar, v8_load(ar) * cr[r] + o0[r]);
+                v8_store(ar + 8, v8_load(ar + 8) * cr[r] + o1[r]);
+            }
         }
     }
 }
@@ -410,7 +567,8 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     memset(acc, 0, (size_t)(rows * Dp) * sizeof *acc);
     if (Dp != D) memset(vb, 0, (size_t)(ATTN_KB * Dp) * sizeof *vb);
 
-    for (int64_t p0 = 0; p0 <= last; p0 += ATTN_KB) {
+    const bool direct = rows <= ATTN_R && D % 16 == 0 && (a->kv_dt == DTYPE_BF16 || a->kv_dt == DTYPE_F32);
+    for (int64_t p0 = 0; p0 <= last && !direct; p0 += ATTN_KB) {
         int64_t nk = last + 1 - p0 < ATTN_KB ? last + 1 - p0 : ATTN_KB;
         switch (a->kv_dt) { /* a constant dt in each, so load_row8's branches fold */
         case DTYPE_F32: gather_block(a, DTYPE_F32, f16c, table, g, p0, nk, last + 1, kt, vb, Dp, kbuf); break;
@@ -426,6 +584,16 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     case k: if (k < ATTN_R) attend_rows(k, a, tile, g, r0, p0, nk, kt, vb, Dp, w, acc, mrow, lrow); break;
             ATTN_TAIL(1) ATTN_TAIL(2) ATTN_TAIL(3) ATTN_TAIL(4) ATTN_TAIL(5) ATTN_TAIL(6) ATTN_TAIL(7)
 #undef ATTN_TAIL
+        default: break;
+        }
+    }
+    if (direct) {
+        switch (rows * 2 + (a->kv_dt == DTYPE_BF16)) { /* a constant R and dt in each */
+#define ATTN_DIRECT(k)                                                                        \
+    case 2 * k: attend_direct(k, DTYPE_F32, a, tile, g, last, w, acc, mrow, lrow); break; \
+    case 2 * k + 1: attend_direct(k, DTYPE_BF16, a, tile, g, last, w, acc, mrow, lrow); break;
+            ATTN_DIRECT(1) ATTN_DIRECT(2) ATTN_DIRECT(3) ATTN_DIRECT(4) ATTN_DIRECT(5) ATTN_DIRECT(6)
+#undef ATTN_DIRECT
         default: break;
         }
     }

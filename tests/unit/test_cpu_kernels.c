@@ -125,13 +125,9 @@ static void test_pack_layout(void) {
     free(p);
 }
 
-static void test_attention_matches_double_at_every_level(void) {
-    /* D = 20 gathers element by element, the others eight lanes at a time;
-     * D = 20 and 24 pad the accumulators to 16 lanes; contexts cross the
-     * 64-key block and the 32-token tile; 3 query heads per KV head (rows
-     * go 6 at a time; the 5- and 1-token sequences end on 3). */
+static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
     static const int64_t dims[] = {16, 20, 24, 64};
-    const int64_t H = 6, Hkv = 2, B = 16, S = 3, max_blocks = 12, n_blocks = 40;
+    const int64_t B = 16, S = 3, max_blocks = 12, n_blocks = 40;
     int32_t ctx_len[3] = {150, 5, 97}, n_new[3] = {70, 5, 1};
     int32_t tables[3 * 12], perm[40];
     for (int i = 0; i < 40; i++) perm[i] = i;
@@ -183,11 +179,11 @@ static void test_attention_matches_double_at_every_level(void) {
                                  bf ? DTYPE_BF16 : DTYPE_F32, positions, qs, tables, S, max_blocks, T, H, Hkv, D, B,
                                  (float)scale);
                 char what[96];
-                snprintf(what, sizeof what, "%s D=%lld kv %s", cpu_isa_name((cpu_isa_t)isa), (long long)D,
-                         bf ? "bf16" : "f32");
+                snprintf(what, sizeof what, "%s H=%lld/%lld D=%lld kv %s", cpu_isa_name((cpu_isa_t)isa),
+                         (long long)H, (long long)Hkv, (long long)D, bf ? "bf16" : "f32");
                 check_close(what, out, ref, T * H * D, 1e-5, 1e-4);
                 /* Each token of the 70-token chunk alone, as a decode step
-                 * reads it (a tile of one token, 3 rows): the same bits. */
+                 * reads it (a tile of one token, H / Hkv rows): the same bits. */
                 float *one = sl_malloc((size_t)(H * D) * sizeof *one);
                 int32_t qs1[2] = {0, 1};
                 int same = 1;
@@ -203,6 +199,19 @@ static void test_attention_matches_double_at_every_level(void) {
         }
         free(kc), free(vc), free(q), free(kb), free(vb), free(out), free(ref);
     }
+}
+
+static void test_attention_matches_double_at_every_level(void) {
+    /* D = 20 gathers element by element, the others eight lanes at a time;
+     * D = 20 and 24 pad the accumulators to 16 lanes; contexts cross the
+     * 64-key block and the 32-token tile. A token alone (a decode step) has
+     * its KV group's rows only, which D = 16 and 64 read from the cache in
+     * place (attend_direct) and the others gather as a prefill does: its
+     * bits must be the prefill's either way. 3 query heads per KV head (a
+     * prefill's rows go 6 at a time; the 5- and 1-token sequences end on 3),
+     * then one (MHA: a decode item is one row). */
+    check_attention_at_every_level(6, 2);
+    check_attention_at_every_level(5, 5);
     unsetenv("SERVELAB_CPU_ISA");
     cpu_isa_reload();
     report_missing_levels();
