@@ -15,10 +15,10 @@
  * time through a GEMM-style register tile (attend_rows): S = Q K^T, the
  * online softmax (running max and sum, the accumulator rescaled when the
  * max moves), O += P V: matrix products in registers. An item of at most
- * ATTN_R rows (decode: one token's KV group) uses each row once, so it skips
- * the gather: its rows stay in registers and read the K and V rows where they
- * lie in the cache (attend_direct), the rows ahead prefetched (the blocks
- * are scattered). Every output element is one chain of operations in a fixed
+ * ATTN_R rows (decode: one token's KV group) uses each K row once, so it
+ * skips K's gather: its rows stay in registers and read K where it lies in
+ * the cache (attend_direct), the rows ahead prefetched (the blocks are
+ * scattered). Every output element is one chain of operations in a fixed
  * order on either path, whatever the other rows of its tile, so a token's
  * output does not depend on the other tokens of its step.
  * Nothing is sized by the context. The vector code is GCC's vector
@@ -401,12 +401,13 @@ V8_FN void attend_rows(const int R, const attn_args_t *a, const attn_tile_t *til
 
 /* ---- decode: the rows against the cache in place ----------------------------
  * An item of at most ATTN_R rows (a decode step's token: its KV group's query
- * heads) reads each K and V row once, so gathering them into scratch first
- * (gather_block) costs more than the arithmetic: a store and a load per
- * element on top of the widening. attend_direct keeps the rows in registers
- * and reads the cache where it lies: per 8 keys, their K rows are
- * transposed in registers and go straight into the scores; P V reads the V
- * rows themselves. Every element goes through the chain attend_rows gives
+ * heads) uses each K row once, so gathering K into scratch first
+ * (gather_block: the widening, the transposes, a store and a load per
+ * element) costs more than the arithmetic. attend_direct keeps the rows in
+ * registers and reads K where it lies: per 8 keys, their K rows are
+ * transposed in registers and go straight into the scores. V rows are
+ * widened into scratch as their keys go by, since P V waits for the block's
+ * softmax. Every element goes through the chain attend_rows gives
  * it (the same FMAs in the same order, on the same widened values), so a
  * token's output has the same bits on either path, whatever its step. A
  * bf16 row is read as 32-bit words, pairs of elements (2m, 2m + 1): the
@@ -466,10 +467,29 @@ V8_FN void direct_scores(const int R, sl_dtype_t dt, const float *const *qv, con
     for (int r = 0; r < R; r++) v8_store(w + r * ATTN_KB, s[r]);
 }
 
+/* The V rows of 8 keys (vr) into vb (stride D), fp32; a bf16 row as its
+ * even elements then its odd ones, 8 and 8 per 16. */
+V8_FN void direct_values(sl_dtype_t dt, const uint8_t *const *vr, int n, int64_t D, float *vb) {
+    for (int i = 0; i < n; i++)
+        for (int64_t d0 = 0; d0 < D; d0 += 16) {
+            float *dst = vb + i * D + d0;
+            if (dt == DTYPE_BF16) {
+                const v8 x = v8_load_bytes(vr[i] + 2 * d0);
+                v8_store(dst, bf16_even(x)), v8_store(dst + 8, bf16_odd(x));
+            } else {
+                v8_store(dst, v8_load((const float *)vr[i] + d0)), v8_store(dst + 8, v8_load((const float *)vr[i] + d0 + 8));
+            }
+        }
+}
+
 /* The item's rows (all R of them, r0 = 0) over the keys 0..last, block by
- * block as attention_item walks them, into acc, mrow and lrow. */
+ * block as attention_item walks them, into acc, mrow and lrow. The V rows
+ * of each 8 keys are widened into vb as soon as their K rows are used: the
+ * lines of both arrive together (the prefetch below), and P V, after the
+ * block's softmax, reads them from scratch rather than from the cache
+ * again. */
 V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const attn_tile_t *tile, int64_t g,
-                         int32_t last, float *w, float *acc, float *mrow, float *lrow) {
+                         int32_t last, float *w, float *vb, float *acc, float *mrow, float *lrow) {
     static const float zeros[ATTN_MAX_D];
     const int64_t D = a->D, group = a->H / a->Hkv, Hkv = a->Hkv, n_keys = (int64_t)last + 1;
     const size_t row_bytes = (size_t)D * dtype_size(dt);
@@ -511,6 +531,7 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
                 }
             }
             direct_scores(R, dt, qv, kr + j0, D, w + j0);
+            direct_values(dt, vr + j0, nk - j0 < 8 ? (int)(nk - j0) : 8, D, vb + j0 * D);
         }
         float cr[ATTN_R];
         block_softmax(R, a->scale, n, n16, w, mrow, lrow, cr);
@@ -518,13 +539,7 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
             v8 o0[ATTN_R], o1[ATTN_R];
             for (int r = 0; r < R; r++) o0[r] = o1[r] = (v8){0};
             for (int64_t j = 0; j < nmax; j++) {
-                v8 v0, v1;
-                if (dt == DTYPE_BF16) { /* the even elements in v0, the odd in v1 */
-                    const v8 x = v8_load_bytes(vr[j] + 2 * d0);
-                    v0 = bf16_even(x), v1 = bf16_odd(x);
-                } else {
-                    v0 = v8_load((const float *)vr[j] + d0), v1 = v8_load((const float *)vr[j] + d0 + 8);
-                }
+                const v8 v0 = v8_load(vb + j * D + d0), v1 = v8_load(vb + j * D + d0 + 8); /* bf16: even, odd */
                 for (int r = 0; r < R; r++) {
                     o0[r] += w[r * ATTN_KB + j] * v0;
                     o1[r] += w[r * ATTN_KB + j] * v1;
@@ -590,8 +605,8 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     if (direct) {
         switch (rows * 2 + (a->kv_dt == DTYPE_BF16)) { /* a constant R and dt in each */
 #define ATTN_DIRECT(k)                                                                        \
-    case 2 * k: attend_direct(k, DTYPE_F32, a, tile, g, last, w, acc, mrow, lrow); break; \
-    case 2 * k + 1: attend_direct(k, DTYPE_BF16, a, tile, g, last, w, acc, mrow, lrow); break;
+    case 2 * k: attend_direct(k, DTYPE_F32, a, tile, g, last, w, vb, acc, mrow, lrow); break; \
+    case 2 * k + 1: attend_direct(k, DTYPE_BF16, a, tile, g, last, w, vb, acc, mrow, lrow); break;
             ATTN_DIRECT(1) ATTN_DIRECT(2) ATTN_DIRECT(3) ATTN_DIRECT(4) ATTN_DIRECT(5) ATTN_DIRECT(6)
 #undef ATTN_DIRECT
         default: break;
