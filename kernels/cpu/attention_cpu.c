@@ -566,8 +566,13 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
  * operations a row goes through do not depend on the tile's other rows, so a
  * token's output does not depend on its step's other tokens: chunked prefill,
  * prefix hits, batches and decode give the same bits. */
+/* attend_direct at one R and dt, as its own function (direct_fn_for). */
+typedef void (*direct_fn_t)(const attn_args_t *a, const attn_tile_t *tile, int64_t g, int32_t last, float *w,
+                            float *vb, float *acc, float *mrow, float *lrow);
+
 static inline __attribute__((always_inline)) void attention_item(const attn_args_t *a, int64_t item,
-                                                                  float *scratch, bool f16c) {
+                                                                  float *scratch, bool f16c,
+                                                                  const direct_fn_t *direct_fns) {
     const int64_t D = a->D, Dp = (D + 15) / 16 * 16, group = a->H / a->Hkv, Hkv = a->Hkv;
     const attn_tile_t *tile = &a->tiles[item / Hkv];
     const int64_t g = item % Hkv, nt = tile->t1 - tile->t0, rows = nt * group;
@@ -602,16 +607,7 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
         default: break;
         }
     }
-    if (direct) {
-        switch (rows * 2 + (a->kv_dt == DTYPE_BF16)) { /* a constant R and dt in each */
-#define ATTN_DIRECT(k)                                                                        \
-    case 2 * k: attend_direct(k, DTYPE_F32, a, tile, g, last, w, vb, acc, mrow, lrow); break; \
-    case 2 * k + 1: attend_direct(k, DTYPE_BF16, a, tile, g, last, w, vb, acc, mrow, lrow); break;
-            ATTN_DIRECT(1) ATTN_DIRECT(2) ATTN_DIRECT(3) ATTN_DIRECT(4) ATTN_DIRECT(5) ATTN_DIRECT(6)
-#undef ATTN_DIRECT
-        default: break;
-        }
-    }
+    if (direct) direct_fns[rows * 2 + (a->kv_dt == DTYPE_BF16)](a, tile, g, last, w, vb, acc, mrow, lrow);
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = tile->t0 + r / group, h = g * group + r % group;
         float *o = a->out + (t * a->H + h) * D, inv = 1.0f / lrow[r];
@@ -619,18 +615,38 @@ static inline __attribute__((always_inline)) void attention_item(const attn_args
     }
 }
 
-#define ATTN_ITEMS_FN(name, target, f16c)                                                        \
-    target static void name(void *arg, int64_t i0, int64_t i1, int worker) {                     \
-        const attn_args_t *a = arg;                                                              \
-        int64_t rows = ATTN_QT * (a->H / a->Hkv);                                                \
-        float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D); \
-        for (int64_t i = i0; i < i1; i++) attention_item(a, i, scratch, f16c);                   \
+/* attend_direct's twelve instances (R 1..ATTN_R, f32 and bf16) at one level,
+ * each its own function, in a table by rows * 2 + (dt is bf16). Inlined
+ * into the level's items function they made it so large that GCC's RTL
+ * passes (PRE, load CSE, liveness) took 56 s on this file; a call per item
+ * costs nothing next to an item. */
+#define ATTN_DIRECT_FN(level, target, k, dt, tag)                                                                  \
+    target __attribute__((noinline)) static void direct_##level##_##tag##k(                                        \
+        const attn_args_t *a, const attn_tile_t *tile, int64_t g, int32_t last, float *w, float *vb, float *acc, \
+        float *mrow, float *lrow) {                                                                                \
+        attend_direct(k, dt, a, tile, g, last, w, vb, acc, mrow, lrow);                                            \
+    }
+#define ATTN_DIRECT_FNS(level, target, k) \
+    ATTN_DIRECT_FN(level, target, k, DTYPE_F32, f32_) ATTN_DIRECT_FN(level, target, k, DTYPE_BF16, bf16_)
+#define ATTN_DIRECT_PAIR(level, k) direct_##level##_f32_##k, direct_##level##_bf16_##k
+_Static_assert(ATTN_R == 6, "direct_fns lists R = 1..6");
+#define ATTN_ITEMS_FN(name, level, target, f16c)                                                                   \
+    ATTN_DIRECT_FNS(level, target, 1) ATTN_DIRECT_FNS(level, target, 2) ATTN_DIRECT_FNS(level, target, 3)        \
+    ATTN_DIRECT_FNS(level, target, 4) ATTN_DIRECT_FNS(level, target, 5) ATTN_DIRECT_FNS(level, target, 6)        \
+    static const direct_fn_t direct_fns_##level[2 * (ATTN_R + 1)] = {                                             \
+        NULL, NULL, ATTN_DIRECT_PAIR(level, 1), ATTN_DIRECT_PAIR(level, 2), ATTN_DIRECT_PAIR(level, 3),          \
+        ATTN_DIRECT_PAIR(level, 4), ATTN_DIRECT_PAIR(level, 5), ATTN_DIRECT_PAIR(level, 6)};                    \
+    target static void name(void *arg, int64_t i0, int64_t i1, int worker) {                                      \
+        const attn_args_t *a = arg;                                                                               \
+        int64_t rows = ATTN_QT * (a->H / a->Hkv);                                                                 \
+        float *scratch = a->scratch + (size_t)worker * (size_t)attn_scratch_floats(rows, a->D);                  \
+        for (int64_t i = i0; i < i1; i++) attention_item(a, i, scratch, f16c, direct_fns_##level);              \
     }
 
-ATTN_ITEMS_FN(items_portable, , false)
+ATTN_ITEMS_FN(items_portable, portable, , false)
 #if defined(__x86_64__) && defined(__GNUC__)
-ATTN_ITEMS_FN(items_avx2, __attribute__((target("avx2,fma,f16c"))), true)
-ATTN_ITEMS_FN(items_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), true)
+ATTN_ITEMS_FN(items_avx2, avx2, __attribute__((target("avx2,fma,f16c"))), true)
+ATTN_ITEMS_FN(items_avx512, avx512, __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))), true)
 #endif
 
 void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
