@@ -24,7 +24,7 @@
  * Nothing is sized by the context. The vector code is GCC's vector
  * extension on 8 lanes, compiled once per ISA level (cpu_isa.h) and chosen
  * at run time, with FMA contraction on for this file (CMakeLists.txt); exp
- * is exp_neg, branch-free so that it vectorizes. Speed: cpu_attn_bench
+ * is exp_neg (vec_exp.h), branch-free so that it vectorizes. Speed: cpu_attn_bench
  * (docs/benchmarks.md).
  */
 #include <math.h>
@@ -36,37 +36,12 @@
 #include "ops_cpu.h"
 #include "servelab/core.h"
 #include "servelab/dtype.h"
+#include "vec_exp.h"
 
 #define ATTN_MAX_D 512
 #define ATTN_QT 32 /* tokens per tile */
 #define ATTN_KB 64 /* keys per block */
 #define ATTN_R 6 /* query rows per register tile (attend_rows) */
-
-/* e^x for x <= 0 (softmax weights): Cephes' expf polynomial on the reduced
- * argument, 2^n put into the exponent directly. Within 2 ulp of expf; 0 below
- * -86 (where 2^n would leave the normal range; e^-86 is 4e-38, nothing next
- * to the row's largest weight, 1). Branch-free, so a loop of it vectorizes. */
-static inline float exp_neg(float x) {
-    float xc = x < -86.0f ? -86.0f : x;
-    float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-    float n = t - 12582912.0f;
-    int32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f; /* ln 2 = 0.693359375 - 2.12194440e-4, the product above exact */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t pi;
-    memcpy(&pi, &p, sizeof pi);
-    pi += (ti - 0x4b400000) * (1 << 23); /* the integer n, from t's mantissa */
-    memcpy(&p, &pi, sizeof p);
-    return x < -86.0f ? 0.0f : p;
-}
 
 typedef struct {
     int32_t s, t0, t1; /* tokens [t0, t1) of sequence s */

@@ -10,7 +10,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_isa.h"
 #include "servelab/core.h"
+#include "vec_exp.h"
 
 typedef struct {
     float *out;
@@ -134,10 +136,29 @@ typedef struct {
     const float *g, *u;
 } silu_mul_args_t;
 
+/* silu(g) u = g / (1 + e^-g) u, e^x by exp_f32 (vec_exp.h) so that the loop
+ * vectorizes: a decode step's 2048-wide MLP took 12 us in libm's expf, long
+ * enough for the pool's workers to go to sleep and be woken for the next
+ * linear. The same source per level, no FMA contraction: the same bits. */
+#define SILU_MUL_LOOP(name, target)                                                   \
+    target static void name(float *out, const float *g, const float *u, int64_t n) { \
+        for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i]; \
+    }
+SILU_MUL_LOOP(silu_mul_portable, )
+#ifdef HAVE_X86_LEVELS
+SILU_MUL_LOOP(silu_mul_avx2, TARGET_AVX2)
+SILU_MUL_LOOP(silu_mul_avx512, TARGET_512)
+#endif
+
 static void silu_mul_range(void *arg, int64_t i0, int64_t i1, int worker) {
     (void)worker;
     const silu_mul_args_t *a = arg;
-    for (int64_t i = i0; i < i1; i++) a->out[i] = a->g[i] / (1.0f + expf(-a->g[i])) * a->u[i];
+    void (*loop)(float *, const float *, const float *, int64_t) = silu_mul_portable;
+#ifdef HAVE_X86_LEVELS
+    cpu_isa_t isa = cpu_isa();
+    loop = isa >= CPU_ISA_AVX512 ? silu_mul_avx512 : isa == CPU_ISA_AVX2 ? silu_mul_avx2 : silu_mul_portable;
+#endif
+    loop(a->out + i0, a->g + i0, a->u + i0, i1 - i0);
 }
 
 void cpu_silu_mul(float *out, const float *g, const float *u, int64_t n) {

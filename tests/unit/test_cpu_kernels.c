@@ -18,6 +18,7 @@
 
 #include "cpu_isa.h"
 #include "ops_cpu.h"
+#include "vec_exp.h"
 #include "servelab/core.h"
 #include "test.h"
 
@@ -266,6 +267,55 @@ static void test_attention_fp8_kv_is_the_fp32_kv_of_its_values(void) {
     cpu_isa_reload();
 }
 
+/* exp_f32 (vec_exp.h) within 2 ulp of e^x over its whole finite range (a
+ * sweep of 2^20 points and the values around the clamps), and the IEEE
+ * cases: NaN stays NaN, overflow is +inf, far below is 0. */
+static void test_exp_f32_within_2_ulp(void) {
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    for (int i = 0; i <= (1 << 20); i++) {
+        float x = -86.0f + (88.72f + 86.0f) * (float)i / (float)(1 << 20);
+        double want = exp((double)x), got = exp_f32(x);
+        float w = (float)want;
+        double ulp = (double)(nextafterf(w, INFINITY) - w), err = fabs(got - want) / ulp;
+        if (err > worst) worst = err, worst_x = x;
+    }
+    printf("  exp_f32: worst %.2f ulp at x = %.6g\n", worst, (double)worst_x);
+    CHECK(worst <= 2.0);
+    CHECK(isnan(exp_f32(NAN)));
+    CHECK(exp_f32(INFINITY) == INFINITY && exp_f32(88.73f) == INFINITY && exp_f32(1e30f) == INFINITY);
+    CHECK(exp_f32(-INFINITY) == 0.0f && exp_f32(-86.5f) == 0.0f && exp_f32(-1e30f) == 0.0f);
+    CHECK(exp_f32(0.0f) == 1.0f && exp_f32(-0.0f) == 1.0f);
+    CHECK(exp_f32(88.72f) > 3.39e38f && exp_f32(88.72f) < INFINITY);
+    for (float x = -86.0f; x <= 0.0f; x += 0.37f) CHECK(exp_neg(x) == exp_f32(x) || fabsf(exp_neg(x) - exp_f32(x)) <= 2e-7f * exp_f32(x));
+}
+
+/* silu_mul gives the same bits at every level (one source, no contraction),
+ * in place as the MLP calls it, on lengths that leave vector tails. */
+static void test_silu_mul_same_bits_at_every_level(void) {
+    for (int64_t n = 1; n <= 2100; n += 131) {
+        float *g = rand_floats(n, 12.0f), *u = rand_floats(n, 2.0f), *want = sl_malloc((size_t)n * sizeof(float));
+        g[0] = NAN;
+        if (n > 2) g[1] = 95.0f, g[2] = -95.0f;
+        use_isa(CPU_ISA_PORTABLE);
+        cpu_silu_mul(want, g, u, n);
+        for (int isa = CPU_ISA_AVX2; isa < CPU_ISA_COUNT; isa++) {
+            if (!use_isa((cpu_isa_t)isa)) continue;
+            float *got = sl_malloc((size_t)n * sizeof(float));
+            memcpy(got, g, (size_t)n * sizeof(float));
+            cpu_silu_mul(got, got, u, n);
+            CHECK(memcmp(got, want, (size_t)n * sizeof(float)) == 0);
+            free(got);
+        }
+        CHECK(isnan(want[0]));
+        if (n > 2) CHECK(want[1] == 95.0f * u[1] && want[2] == 0.0f * u[2]);
+        free(g), free(u), free(want);
+    }
+    report_missing_levels();
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+}
+
 int main(void) {
     test_seed();
     printf("  this CPU: %s\n", cpu_isa_name(cpu_isa_detect()));
@@ -275,5 +325,7 @@ int main(void) {
     RUN(test_packed_f16_linear_matches_double_at_every_level);
     RUN(test_attention_matches_double_at_every_level);
     RUN(test_attention_fp8_kv_is_the_fp32_kv_of_its_values);
+    RUN(test_exp_f32_within_2_ulp);
+    RUN(test_silu_mul_same_bits_at_every_level);
     return test_summary();
 }
