@@ -81,9 +81,13 @@ struct sl_ops {
      * convention: pairs (i, i + D/2), angle = pos * theta^(-2i/D) / scale. */
     void (*rope)(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H,
                  int64_t Hkv, int64_t D, float theta, float scale);
-    /* k_cache[slot[t]] = k[t], v_cache[slot[t]] = v[t]; caches (n_blocks * B, Hkv, D) */
+    /* k_cache[slot[t]] = k[t], v_cache[slot[t]] = v[t]. A cache is n_blocks
+     * blocks of block_size slots, each block's Hkv * block_size rows of D
+     * contiguous, laid out within the block as the backend chooses: CUDA
+     * (n_blocks * B, Hkv, D), CPU (n_blocks, Hkv, B, D) (kernels/cpu/ops_cpu.h).
+     * Only kv_write and attention read or write rows. */
     void (*kv_write)(void *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
-                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
+                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D, int64_t block_size);
     /* out(T, H, D) = causal softmax(q k^T * scale) v over each sequence's
      * blocks; query head h reads KV head h / (H / Hkv) (GQA). */
     void (*attention)(void *ctx, void *out, const void *q, const void *k_cache,
@@ -111,7 +115,7 @@ struct sl_ops {
     void (*rope_kv_write)(void *ctx, void *q, void *k, const void *v, void *k_cache,
                           void *v_cache, const int32_t *positions, const int64_t *slot_mapping,
                           int64_t T, int64_t H, int64_t Hkv, int64_t D, float theta,
-                          float scale);
+                          float scale, int64_t block_size);
 
     /* Optional (host-memory backends): a copy of linear weight w (the rows of
      * a linear or logits op) in a layout of the backend's choosing, which

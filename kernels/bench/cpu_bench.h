@@ -12,12 +12,14 @@ static inline int cpu_bench_cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median seconds per call over `reps` calls (after `warm` untimed ones). */
-#define CPU_BENCH_MEDIAN(result, reps, warm, call)                              \
+/* Median seconds per call over `reps` calls (after `warm` untimed ones),
+ * `prep` run untimed before each timed call. */
+#define CPU_BENCH_MEDIAN_PREP(result, reps, warm, prep, call)                   \
     do {                                                                        \
         double *t_ = sl_malloc((size_t)(reps) * sizeof *t_);                    \
         for (int w_ = 0; w_ < (warm); w_++) call;                               \
         for (int r_ = 0; r_ < (reps); r_++) {                                   \
+            prep;                                                               \
             double t0_ = sl_now_s();                                            \
             call;                                                               \
             t_[r_] = sl_now_s() - t0_;                                          \
@@ -26,5 +28,6 @@ static inline int cpu_bench_cmp_double(const void *a, const void *b) {
         (result) = t_[(reps) / 2];                                              \
         free(t_);                                                               \
     } while (0)
+#define CPU_BENCH_MEDIAN(result, reps, warm, call) CPU_BENCH_MEDIAN_PREP(result, reps, warm, (void)0, call)
 
 #endif

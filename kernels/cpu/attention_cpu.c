@@ -3,7 +3,8 @@
  * Token t of sequence s attends to positions 0..positions[t] of s, whose K/V
  * live in the blocks block_tables[s][p / B] at offset p % B. This one loop is
  * prefill, chunked prefill, prefix-cache hits and decode alike.
- * KV cache layout: (n_blocks * B, Hkv, D), slot-major, fp32, bf16 or fp8.
+ * KV cache: fp32, bf16 or fp8, slot-major or head-major (cpu_kv_layout_t,
+ * ops_cpu.h; the CPU backend's is head-major).
  *
  * FlashAttention's order on a CPU (docs/architecture.md, "CPU kernels"): a
  * work item is one KV head of a tile of up to ATTN_QT consecutive tokens of
@@ -56,9 +57,15 @@ typedef struct {
     const int32_t *positions, *block_tables;
     const attn_tile_t *tiles;
     int64_t max_blocks, H, Hkv, D, B;
+    int64_t head_rows, slot_rows; /* the layout: row of (block b, offset o, head g) = b B Hkv + g head_rows + o slot_rows */
     float scale;
     float *scratch; /* per worker: see attn_scratch_floats */
 } attn_args_t;
+
+/* The byte offset of the row of key position p of head g (table: the sequence's blocks). */
+static inline size_t kv_offset(const attn_args_t *a, const int32_t *table, int64_t p, int64_t g, size_t row_bytes) {
+    return (size_t)((int64_t)table[p / a->B] * a->B * a->Hkv + g * a->head_rows + p % a->B * a->slot_rows) * row_bytes;
+}
 
 static int64_t attn_scratch_floats(int64_t rows, int64_t D) {
     int64_t Dp = (D + 15) / 16 * 16;
@@ -216,14 +223,14 @@ V8_FN void transpose8(v8 r[8]) {
  * fp8 one, through the table) goes element by element. */
 V8_FN void gather_block(const attn_args_t *a, sl_dtype_t dt, bool f16c, const int32_t *table, int64_t g,
                         int64_t p0, int64_t nk, int64_t n_keys, float *kt, float *vb, int64_t Dp, float *kbuf) {
-    const int64_t D = a->D, B = a->B, Hkv = a->Hkv, n16 = (nk + 15) / 16 * 16;
+    const int64_t D = a->D, n16 = (nk + 15) / 16 * 16;
     const size_t row_bytes = (size_t)D * dtype_size(dt);
     const uint8_t *krow[8], *vrow[8];
     static const float zeros[ATTN_MAX_D];
     for (int64_t j0 = 0; j0 < n16; j0 += 8) {
         for (int i = 0; i < 8; i++) {
-            int64_t p = p0 + j0 + i, slot = (int64_t)table[p / B] * B + p % B;
-            size_t off = (size_t)(slot * Hkv + g) * row_bytes;
+            int64_t p = p0 + j0 + i;
+            size_t off = kv_offset(a, table, p, g, row_bytes);
             bool real = j0 + i < nk;
             krow[i] = real ? (const uint8_t *)a->kc + off : (const uint8_t *)zeros;
             vrow[i] = real ? (const uint8_t *)a->vc + off : (const uint8_t *)zeros;
@@ -231,7 +238,7 @@ V8_FN void gather_block(const attn_args_t *a, sl_dtype_t dt, bool f16c, const in
              * hardware prefetcher cannot guess the blocks' order. */
             int64_t pa = p + 16;
             if (pa < n_keys) {
-                size_t offa = (size_t)(((int64_t)table[pa / B] * B + pa % B) * Hkv + g) * row_bytes;
+                size_t offa = kv_offset(a, table, pa, g, row_bytes);
                 for (size_t l = 0; l < row_bytes; l += 64) {
                     __builtin_prefetch((const uint8_t *)a->kc + offa + l);
                     __builtin_prefetch((const uint8_t *)a->vc + offa + l);
@@ -390,18 +397,20 @@ V8_FN void attend_rows(const int R, const attn_args_t *a, const attn_tile_t *til
  * left by 16 makes the even element an fp32, a mask the odd one. For f32
  * and bf16 caches with D a multiple of 16 (fp8 and other head dims gather). */
 
-/* The cache slots of a sequence's positions p, p + 1, ... in turn (table
- * lookups, no division). */
+/* The rows of head g at a sequence's positions p, p + 1, ... in turn, as
+ * kv_offset gives them (table lookups, no division). */
 typedef struct {
     const int32_t *table;
-    int64_t B, block, off;
-} slot_walk_t;
+    int64_t B, block, off, block_rows, head_row, slot_rows;
+} kv_walk_t;
 
-V8_FN slot_walk_t slot_walk(const int32_t *table, int64_t B, int64_t p) { return (slot_walk_t){table, B, p / B, p % B}; }
-V8_FN int64_t slot_next(slot_walk_t *w) {
-    int64_t slot = (int64_t)w->table[w->block] * w->B + w->off;
+V8_FN kv_walk_t kv_walk(const attn_args_t *a, const int32_t *table, int64_t g, int64_t p) {
+    return (kv_walk_t){table, a->B, p / a->B, p % a->B, a->B * a->Hkv, g * a->head_rows, a->slot_rows};
+}
+V8_FN int64_t kv_next(kv_walk_t *w) {
+    int64_t row = (int64_t)w->table[w->block] * w->block_rows + w->head_row + w->off * w->slot_rows;
     if (++w->off == w->B) w->off = 0, w->block++;
-    return slot;
+    return row;
 }
 
 V8_FN v8 v8_load_bytes(const uint8_t *p) {
@@ -466,7 +475,7 @@ V8_FN void direct_values(sl_dtype_t dt, const uint8_t *const *vr, int n, int64_t
 V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const attn_tile_t *tile, int64_t g,
                          int32_t last, float *w, float *vb, float *acc, float *mrow, float *lrow) {
     static const float zeros[ATTN_MAX_D];
-    const int64_t D = a->D, group = a->H / a->Hkv, Hkv = a->Hkv, n_keys = (int64_t)last + 1;
+    const int64_t D = a->D, group = a->H / a->Hkv, n_keys = (int64_t)last + 1;
     const size_t row_bytes = (size_t)D * dtype_size(dt);
     const int32_t *table = a->block_tables + (int64_t)tile->s * a->max_blocks;
     const uint8_t *kc = a->kc, *vc = a->vc;
@@ -475,7 +484,7 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
     /* `ahead` runs 16 keys ahead of the rows read: their lines are fetched
      * while these are summed (the blocks are scattered, so the hardware
      * cannot guess them). */
-    slot_walk_t at = slot_walk(table, a->B, 0), ahead = slot_walk(table, a->B, 16);
+    kv_walk_t at = kv_walk(a, table, g, 0), ahead = kv_walk(a, table, g, 16);
     int64_t p_ahead = 16;
     const uint8_t *kr[ATTN_KB], *vr[ATTN_KB];
     for (int64_t p0 = 0; p0 < n_keys; p0 += ATTN_KB) {
@@ -489,17 +498,17 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
         const int64_t n16 = (nmax + 15) / 16 * 16;
         for (int64_t j = 0; j < n16; j++) {
             if (j < nk) {
-                size_t off = (size_t)(slot_next(&at) * Hkv + g) * row_bytes;
+                size_t off = (size_t)kv_next(&at) * row_bytes;
                 kr[j] = kc + off, vr[j] = vc + off;
             } else {
                 kr[j] = vr[j] = (const uint8_t *)zeros;
             }
         }
-        for (int64_t j = n16; j < nk; j++) slot_next(&at); /* keys no row sees: skipped */
+        for (int64_t j = n16; j < nk; j++) kv_next(&at); /* keys no row sees: skipped */
         if (nmax == 0) continue;
         for (int64_t j0 = 0; j0 < n16; j0 += 8) {
             for (; p_ahead < n_keys && p_ahead < p0 + j0 + 24; p_ahead++) {
-                size_t off = (size_t)(slot_next(&ahead) * Hkv + g) * row_bytes;
+                size_t off = (size_t)kv_next(&ahead) * row_bytes;
                 for (size_t l = 0; l < row_bytes; l += 64) {
                     __builtin_prefetch(kc + off + l);
                     __builtin_prefetch(vc + off + l);
@@ -625,7 +634,7 @@ ATTN_ITEMS_FN(items_avx512, avx512, __attribute__((target("avx512f,avx512bw,avx5
 #endif
 
 void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
-                      const int32_t *positions, const int32_t *query_start,
+                      cpu_kv_layout_t layout, const int32_t *positions, const int32_t *query_start,
                       const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                       int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
     SL_ASSERT(D <= ATTN_MAX_D && H % Hkv == 0 && (kv_dt == DTYPE_F32 || kv_dt == DTYPE_BF16 || dtype_is_fp8(kv_dt)));
@@ -644,7 +653,8 @@ void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc
     int nt = parallel_n_threads();
     int64_t rows = ATTN_QT * (H / Hkv);
     attn_args_t a = {out, q, kc, vc, kv_dt, dtype_is_fp8(kv_dt) ? fp8_table(kv_dt) : NULL, positions, block_tables,
-                     tiles, max_blocks, H, Hkv, D, B, scale,
+                     tiles, max_blocks, H, Hkv, D, B,
+                     layout == KV_SLOT_MAJOR ? 1 : B, layout == KV_SLOT_MAJOR ? Hkv : 1, scale,
                      sl_malloc((size_t)nt * (size_t)attn_scratch_floats(rows, D) * sizeof(float))};
     parallel_fn_t fn = items_portable;
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -660,6 +670,6 @@ void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,
                    const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale) {
-    cpu_attention_kv(out, q, kc, vc, DTYPE_F32, positions, query_start, block_tables, S, max_blocks, T, H,
+    cpu_attention_kv(out, q, kc, vc, DTYPE_F32, KV_SLOT_MAJOR, positions, query_start, block_tables, S, max_blocks, T, H,
                      Hkv, D, B, scale);
 }

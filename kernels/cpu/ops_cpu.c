@@ -8,6 +8,9 @@
 #include "ops_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_isa.h"
@@ -79,11 +82,45 @@ void cpu_rmsnorm(float *out, const float *in, const void *w, sl_dtype_t dt, int6
     cpu_parallel_for(T * n, T, 0, rmsnorm_rows, &a);
 }
 
+/* The angles' cos and sin, per token: a step rotates with the same positions
+ * in every layer, so each calling thread keeps the rows of the last positions
+ * it was given (the key: the positions, D, theta and scale) and computes them
+ * again only when those change. The values are the same either way. */
+typedef struct {
+    float theta, scale;
+    int64_t D, n;      /* the rows held */
+    int64_t cap_rows, cap_cs; /* allocated: positions, floats of cs */
+    int32_t *pos;      /* n */
+    float *cs;         /* n rows of D: cos of the half angles, then their sin */
+} rope_memo_t;
+
+static pthread_key_t rope_memo_key;
+static pthread_once_t rope_memo_once = PTHREAD_ONCE_INIT;
+
+static void rope_memo_free(void *p) {
+    rope_memo_t *m = p;
+    free(m->pos), free(m->cs), free(m);
+}
+static void rope_memo_key_init(void) { SL_ASSERT(pthread_key_create(&rope_memo_key, rope_memo_free) == 0); }
+
+static rope_memo_t *rope_memo(void) {
+    pthread_once(&rope_memo_once, rope_memo_key_init);
+    rope_memo_t *m = pthread_getspecific(rope_memo_key);
+    if (!m) {
+        m = sl_malloc(sizeof *m);
+        memset(m, 0, sizeof *m);
+        SL_ASSERT(pthread_setspecific(rope_memo_key, m) == 0);
+    }
+    return m;
+}
+
 typedef struct {
     float *q, *k;
     const int32_t *positions;
     int64_t H, Hkv, D;
     float theta, scale;
+    float *cs;    /* per token, cos then sin (rope_memo_t) */
+    bool fresh;   /* cs holds these positions already */
 } rope_args_t;
 
 static void rope_rows(void *arg, int64_t t0, int64_t t1, int worker) {
@@ -91,17 +128,22 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int worker) {
     const rope_args_t *a = arg;
     int64_t H = a->H, Hkv = a->Hkv, D = a->D, half = D / 2;
     for (int64_t t = t0; t < t1; t++) {
-        float pos = (float)a->positions[t];
-        for (int64_t i = 0; i < half; i++) {
-            /* transformers: inv_freq = 1 / base^(arange(0, D, 2) / D) in fp32,
-             * divided by the linear scaling factor; angle = pos * inv_freq. */
-            float inv_freq = (float)(1.0 / pow((double)a->theta, (double)(2 * i) / (double)D));
-            inv_freq /= a->scale;
-            float angle = pos * inv_freq;
-            float c = (float)cos((double)angle), s = (float)sin((double)angle);
-            for (int64_t h = 0; h < H + Hkv; h++) {
-                float *x = h < H ? a->q + (t * H + h) * D : a->k + (t * Hkv + (h - H)) * D;
-                float x1 = x[i], x2 = x[i + half];
+        float *cs = a->cs + t * D;
+        if (!a->fresh) {
+            float pos = (float)a->positions[t];
+            for (int64_t i = 0; i < half; i++) {
+                /* transformers: inv_freq = 1 / base^(arange(0, D, 2) / D) in fp32,
+                 * divided by the linear scaling factor; angle = pos * inv_freq. */
+                float inv_freq = (float)(1.0 / pow((double)a->theta, (double)(2 * i) / (double)D));
+                inv_freq /= a->scale;
+                float angle = pos * inv_freq;
+                cs[i] = (float)cos((double)angle), cs[half + i] = (float)sin((double)angle);
+            }
+        }
+        for (int64_t h = 0; h < H + Hkv; h++) {
+            float *x = h < H ? a->q + (t * H + h) * D : a->k + (t * Hkv + (h - H)) * D;
+            for (int64_t i = 0; i < half; i++) {
+                float c = cs[i], s = cs[half + i], x1 = x[i], x2 = x[i + half];
                 x[i] = x1 * c - x2 * s;
                 x[i + half] = x2 * c + x1 * s;
             }
@@ -111,23 +153,46 @@ static void rope_rows(void *arg, int64_t t0, int64_t t1, int worker) {
 
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale) {
-    rope_args_t a = {q, k, positions, H, Hkv, D, theta, scale};
+    if (T <= 0) return;
+    rope_memo_t *m = rope_memo();
+    bool fresh = m->n == T && m->D == D && m->theta == theta && m->scale == scale &&
+                 memcmp(m->pos, positions, (size_t)T * sizeof *positions) == 0;
+    if (!fresh) {
+        if (T > m->cap_rows) {
+            free(m->pos);
+            m->pos = sl_malloc((size_t)T * sizeof *m->pos);
+            m->cap_rows = T;
+        }
+        if (T * D > m->cap_cs) {
+            free(m->cs);
+            m->cs = sl_malloc((size_t)(T * D) * sizeof *m->cs);
+            m->cap_cs = T * D;
+        }
+        m->n = T, m->D = D, m->theta = theta, m->scale = scale;
+        memcpy(m->pos, positions, (size_t)T * sizeof *positions);
+    }
+    rope_args_t a = {q, k, positions, H, Hkv, D, theta, scale, m->cs, fresh};
     cpu_parallel_for(T * (D / 2) * (H + Hkv) * 8, T, 0, rope_rows, &a);
 }
 
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
                   const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
-    cpu_kv_write_dt(kc, vc, DTYPE_F32, k, v, slot_mapping, T, Hkv, D);
+    cpu_kv_write_dt(kc, vc, DTYPE_F32, KV_SLOT_MAJOR, 1, k, v, slot_mapping, T, Hkv, D);
 }
 
-void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, const float *k, const float *v,
-                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
-    size_t row = (size_t)(Hkv * D), row_bytes = row * dtype_size(kv_dt);
+void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, cpu_kv_layout_t layout, int64_t B, const float *k,
+                     const float *v, const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
+    /* Slot-major: the token's Hkv rows are one run; head-major: Hkv runs of D. */
+    const int64_t run = layout == KV_SLOT_MAJOR ? Hkv * D : D, n_runs = Hkv * D / run;
+    const size_t row_bytes = (size_t)D * dtype_size(kv_dt);
     for (int64_t t = 0; t < T; t++) {
         int64_t slot = slot_mapping[t];
         if (slot < 0) continue;
-        dtype_from_f32((uint8_t *)kc + (size_t)slot * row_bytes, k + (size_t)t * row, kv_dt, (int64_t)row);
-        dtype_from_f32((uint8_t *)vc + (size_t)slot * row_bytes, v + (size_t)t * row, kv_dt, (int64_t)row);
+        for (int64_t g = 0; g < n_runs; g++) {
+            size_t dst = (size_t)cpu_kv_row(layout, slot, g, Hkv, B) * row_bytes, src = (size_t)(t * Hkv + g) * (size_t)D;
+            dtype_from_f32((uint8_t *)kc + dst, k + src, kv_dt, run);
+            dtype_from_f32((uint8_t *)vc + dst, v + src, kv_dt, run);
+        }
     }
 }
 

@@ -87,20 +87,41 @@ void cpu_awq_avx2_reads(float *dst, const float *x, int64_t T, int64_t K, int64_
 /* In place on q(T, H, D) and k(T, Hkv, D); see ops.h. */
 void cpu_rope(float *q, float *k, const int32_t *positions, int64_t T, int64_t H, int64_t Hkv,
               int64_t D, float theta, float scale);
-/* kc/vc (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); slot < 0 skips the token. */
+/* Where a paged KV cache keeps the row (D elements) of a slot and KV head.
+ * A cache is n_blocks blocks of B slots, each block contiguous in both:
+ *   KV_SLOT_MAJOR  (n_blocks * B, Hkv, D): a slot's Hkv rows side by side, as
+ *                  the CUDA kernels keep it (their CPU twins use this one);
+ *   KV_HEAD_MAJOR  (n_blocks, Hkv, B, D): a KV head's B rows of the block side
+ *                  by side (the CPU backend's; vLLM's CPU cache is head-major
+ *                  too). A decode work item, one KV head, then streams runs of
+ *                  B * D elements rather than D elements every Hkv * D, which
+ *                  the hardware prefetcher follows: decode attention up to
+ *                  2.2x faster once the weights have pushed the cache out of
+ *                  the last-level cache (cpu_attn_bench, docs/benchmarks.md). */
+typedef enum { KV_SLOT_MAJOR, KV_HEAD_MAJOR } cpu_kv_layout_t;
+
+/* The row index (in rows of D elements from the cache's start) of slot
+ * `slot`'s head g. */
+static inline int64_t cpu_kv_row(cpu_kv_layout_t layout, int64_t slot, int64_t g, int64_t Hkv, int64_t B) {
+    return layout == KV_SLOT_MAJOR ? slot * Hkv + g : ((slot / B) * Hkv + g) * B + slot % B;
+}
+
+/* kc/vc slot-major (slots, Hkv, D) at slot_mapping[t] = k/v(T, Hkv, D); slot < 0 skips the token. */
 void cpu_kv_write(float *kc, float *vc, const float *k, const float *v,
                   const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
-/* The same into a cache of kv_dt (F32 or BF16, rounded to nearest even). */
-void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, const float *k, const float *v,
-                     const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
-/* out(T, H, D); see ops.h for the meaning. */
+/* The same into a cache of kv_dt (F32, BF16 rounded to nearest even, or fp8),
+ * in `layout` with blocks of B slots. */
+void cpu_kv_write_dt(void *kc, void *vc, sl_dtype_t kv_dt, cpu_kv_layout_t layout, int64_t B, const float *k,
+                     const float *v, const int64_t *slot_mapping, int64_t T, int64_t Hkv, int64_t D);
+/* out(T, H, D) over a slot-major fp32 cache; see ops.h for the meaning. */
 void cpu_attention(float *out, const float *q, const float *kc, const float *vc,
                    const int32_t *positions, const int32_t *query_start,
                    const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                    int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale);
-/* The same with the cache in kv_dt (F32 or BF16), widened to fp32 as it is read. */
+/* The same with the cache in kv_dt (F32, BF16 or fp8) and `layout`, widened to
+ * fp32 as it is read. */
 void cpu_attention_kv(float *out, const float *q, const void *kc, const void *vc, sl_dtype_t kv_dt,
-                      const int32_t *positions, const int32_t *query_start,
+                      cpu_kv_layout_t layout, const int32_t *positions, const int32_t *query_start,
                       const int32_t *block_tables, int64_t S, int64_t max_blocks, int64_t T,
                       int64_t H, int64_t Hkv, int64_t D, int64_t B, float scale);
 /* out(n) = silu(g) * u */

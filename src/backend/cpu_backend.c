@@ -94,14 +94,16 @@ typedef struct {
     sl_dtype_t kv_dtype;
 } cpu_ctx_t;
 
+/* The cache is head-major (ops_cpu.h): a decode item, one KV head, streams
+ * its block's rows in one run. */
 static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v,
-                        const int64_t *slots, int64_t T, int64_t Hkv, int64_t D) {
-    cpu_kv_write_dt(kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, k, v, slots, T, Hkv, D);
+                        const int64_t *slots, int64_t T, int64_t Hkv, int64_t D, int64_t block_size) {
+    cpu_kv_write_dt(kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, KV_HEAD_MAJOR, block_size, k, v, slots, T, Hkv, D);
 }
 static void op_attention(void *ctx, void *out, const void *q, const void *kc, const void *vc,
                          const sl_attn_meta_t *m, int64_t H, int64_t Hkv, int64_t D,
                          int64_t block_size, float scale) {
-    cpu_attention_kv(out, q, kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, m->positions, m->query_start,
+    cpu_attention_kv(out, q, kc, vc, ((const cpu_ctx_t *)ctx)->kv_dtype, KV_HEAD_MAJOR, m->positions, m->query_start,
                      m->block_tables, m->n_seqs, m->max_blocks, m->n_tokens, H, Hkv, D, block_size, scale);
 }
 static void op_silu_mul(void *ctx, void *out, const void *g, const void *u, int64_t n) {

@@ -480,8 +480,11 @@ static void op_rope(void *ctx, void *q, void *k, const int32_t *positions, int64
     op_end(c, "rope");
 }
 
+/* The device cache is slot-major, (n_blocks * B, Hkv, D): a slot's row is the
+ * same wherever its block, so the block size is not needed. */
 static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v, const int64_t *slots,
-                        int64_t T, int64_t Hkv, int64_t D) {
+                        int64_t T, int64_t Hkv, int64_t D, int64_t block_size) {
+    (void)block_size;
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
     LAUNCH(c, slk_kv_write, (kc, vc, k, v, slots, T, Hkv, D, c->dt, c->kv_dt, c->stream));
@@ -490,7 +493,8 @@ static void op_kv_write(void *ctx, void *kc, void *vc, const void *k, const void
 
 static void op_rope_kv_write(void *ctx, void *q, void *k, const void *v, void *kc, void *vc,
                              const int32_t *positions, const int64_t *slots, int64_t T, int64_t H, int64_t Hkv,
-                             int64_t D, float theta, float scale) {
+                             int64_t D, float theta, float scale, int64_t block_size) {
+    (void)block_size;
     cuda_ctx_t *c = ctx;
     if (c->failed) return;
     LAUNCH(c, slk_rope_kv_write,

@@ -309,11 +309,11 @@ static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_ca
         o->linear(ctx, m->v, m->h, &ly->v, T);
         if (o->rope_kv_write) {
             o->rope_kv_write(ctx, m->q, m->k, m->v, kc[l], vc[l], meta->positions, in->slot_mapping, T, H, Hkv, D,
-                             (float)c->rope_theta, (float)c->rope_scaling_factor);
+                             (float)c->rope_theta, (float)c->rope_scaling_factor, kv->block_size);
         } else {
             o->rope(ctx, m->q, m->k, meta->positions, T, H, Hkv, D, (float)c->rope_theta,
                     (float)c->rope_scaling_factor);
-            o->kv_write(ctx, kc[l], vc[l], m->k, m->v, in->slot_mapping, T, Hkv, D);
+            o->kv_write(ctx, kc[l], vc[l], m->k, m->v, in->slot_mapping, T, Hkv, D, kv->block_size);
         }
         o->attention(ctx, m->attn, m->q, kc[l], vc[l], meta, H, Hkv, D, kv->block_size, scale);
         o->linear(ctx, y, m->attn, &ly->o, T);

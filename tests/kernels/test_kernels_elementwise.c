@@ -513,7 +513,7 @@ static void fp8_cache_case(sl_dtype_t dt, sl_dtype_t kv_dt, int64_t T, int64_t H
         cpu_rope(q, k, pos, T, H, Hkv, D, 10000.0f, 1.0f);
         round_to_dt(k, T * row, dt);
     }
-    cpu_kv_write_dt(kc, vc, kv_dt, k, v, slots, T, Hkv, D);
+    cpu_kv_write_dt(kc, vc, kv_dt, KV_SLOT_MAJOR, 1, k, v, slots, T, Hkv, D); /* the device cache is slot-major */
     KT_CUDA(cudaStreamSynchronize(stream));
     const uint8_t *want[2] = {kc, vc};
     void *dev[2] = {d_kc, d_vc};

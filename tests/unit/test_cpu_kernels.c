@@ -126,7 +126,7 @@ static void test_pack_layout(void) {
     free(p);
 }
 
-static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
+static void check_attention_at_every_level(int64_t H, int64_t Hkv, cpu_kv_layout_t layout) {
     static const int64_t dims[] = {16, 20, 24, 64};
     const int64_t B = 16, S = 3, max_blocks = 12, n_blocks = 40;
     int32_t ctx_len[3] = {150, 5, 97}, n_new[3] = {70, 5, 1};
@@ -155,7 +155,8 @@ static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
                         int64_t g = h / (H / Hkv), n = positions[t] + 1;
                         double *sc = sl_malloc((size_t)n * sizeof *sc), mx = -INFINITY, sum = 0;
                         for (int64_t p = 0; p < n; p++) {
-                            int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B, o = (slot * Hkv + g) * D;
+                            int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B;
+                            int64_t o = cpu_kv_row(layout, slot, g, Hkv, B) * D;
                             double dot = 0;
                             for (int64_t d = 0; d < D; d++)
                                 dot += (double)q[(t * H + h) * D + d] * (bf ? bf16_to_f32(kb[o + d]) : kc[o + d]);
@@ -166,7 +167,8 @@ static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
                         for (int64_t d = 0; d < D; d++) {
                             double acc = 0;
                             for (int64_t p = 0; p < n; p++) {
-                                int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B, o = (slot * Hkv + g) * D;
+                                int64_t slot = (int64_t)tables[s * max_blocks + p / B] * B + p % B;
+                                int64_t o = cpu_kv_row(layout, slot, g, Hkv, B) * D;
                                 acc += sc[p] / sum * (bf ? bf16_to_f32(vb[o + d]) : vc[o + d]);
                             }
                             ref[(t * H + h) * D + d] = acc;
@@ -177,11 +179,12 @@ static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
                 if (!use_isa((cpu_isa_t)isa)) continue;
                 memset(out, 0xff, (size_t)(T * H * D) * sizeof *out);
                 cpu_attention_kv(out, q, bf ? (const void *)kb : kc, bf ? (const void *)vb : vc,
-                                 bf ? DTYPE_BF16 : DTYPE_F32, positions, qs, tables, S, max_blocks, T, H, Hkv, D, B,
-                                 (float)scale);
+                                 bf ? DTYPE_BF16 : DTYPE_F32, layout, positions, qs, tables, S, max_blocks, T, H, Hkv,
+                                 D, B, (float)scale);
                 char what[96];
-                snprintf(what, sizeof what, "%s H=%lld/%lld D=%lld kv %s", cpu_isa_name((cpu_isa_t)isa),
-                         (long long)H, (long long)Hkv, (long long)D, bf ? "bf16" : "f32");
+                snprintf(what, sizeof what, "%s H=%lld/%lld D=%lld kv %s %s", cpu_isa_name((cpu_isa_t)isa),
+                         (long long)H, (long long)Hkv, (long long)D, bf ? "bf16" : "f32",
+                         layout == KV_SLOT_MAJOR ? "slot-major" : "head-major");
                 check_close(what, out, ref, T * H * D, 1e-5, 1e-4);
                 /* Each token of the 70-token chunk alone, as a decode step
                  * reads it (a tile of one token, H / Hkv rows): the same bits. */
@@ -190,8 +193,8 @@ static void check_attention_at_every_level(int64_t H, int64_t Hkv) {
                 int same = 1;
                 for (int64_t t = 0; t < 70; t += 23) {
                     cpu_attention_kv(one, q + t * H * D, bf ? (const void *)kb : kc, bf ? (const void *)vb : vc,
-                                     bf ? DTYPE_BF16 : DTYPE_F32, positions + t, qs1, tables, 1, max_blocks, 1, H,
-                                     Hkv, D, B, (float)scale);
+                                     bf ? DTYPE_BF16 : DTYPE_F32, layout, positions + t, qs1, tables, 1, max_blocks, 1,
+                                     H, Hkv, D, B, (float)scale);
                     same &= !memcmp(one, out + t * H * D, (size_t)(H * D) * sizeof *one);
                 }
                 CHECK(same);
@@ -210,9 +213,12 @@ static void test_attention_matches_double_at_every_level(void) {
      * place (attend_direct) and the others gather as a prefill does: its
      * bits must be the prefill's either way. 3 query heads per KV head (a
      * prefill's rows go 6 at a time; the 5- and 1-token sequences end on 3),
-     * then one (MHA: a decode item is one row). */
-    check_attention_at_every_level(6, 2);
-    check_attention_at_every_level(5, 5);
+     * then one (MHA: a decode item is one row). Both cache layouts: the
+     * reference finds each row through cpu_kv_row. */
+    for (int layout = KV_SLOT_MAJOR; layout <= KV_HEAD_MAJOR; layout++) {
+        check_attention_at_every_level(6, 2, (cpu_kv_layout_t)layout);
+        check_attention_at_every_level(5, 5, (cpu_kv_layout_t)layout);
+    }
     unsetenv("SERVELAB_CPU_ISA");
     cpu_isa_reload();
     report_missing_levels();
@@ -221,7 +227,7 @@ static void test_attention_matches_double_at_every_level(void) {
 /* An fp8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): kv_write stores each
  * element as f32_to_fp8 rounds it, and attention over it gives the bits of
  * attention over an fp32 cache holding the same (widened) values, at every
- * level: the fp8 rows are gathered through the table, the fp32 ones read in
+ * level and in both layouts: the fp8 rows are gathered through the table, the fp32 ones read in
  * place or gathered, through the same operations. */
 static void test_attention_fp8_kv_is_the_fp32_kv_of_its_values(void) {
     static const sl_dtype_t fp8[] = {DTYPE_F8_E4M3, DTYPE_F8_E5M2};
@@ -238,26 +244,33 @@ static void test_attention_fp8_kv_is_the_fp32_kv_of_its_values(void) {
     uint8_t *k8 = sl_malloc((size_t)(n_slots * row)), *v8 = sl_malloc((size_t)(n_slots * row));
     float *kw = sl_malloc((size_t)(n_slots * row) * sizeof *kw), *vw = sl_malloc((size_t)(n_slots * row) * sizeof *vw);
     float *a = sl_malloc((size_t)(T * H * D) * sizeof *a), *b = sl_malloc((size_t)(T * H * D) * sizeof *b);
-    for (size_t f = 0; f < 2; f++) {
-        cpu_kv_write_dt(k8, v8, fp8[f], k, v, slots, n_slots, Hkv, D);
+    for (size_t c = 0; c < 4; c++) {
+        const size_t f = c % 2;
+        const cpu_kv_layout_t layout = c < 2 ? KV_SLOT_MAJOR : KV_HEAD_MAJOR;
+        cpu_kv_write_dt(k8, v8, fp8[f], layout, B, k, v, slots, n_slots, Hkv, D);
         int stored = 1;
         for (int64_t i = 0; i < n_slots * row; i++) {
+            int64_t at = cpu_kv_row(layout, i / row, i % row / D, Hkv, B) * D + i % D;
             uint8_t ek = fp8[f] == DTYPE_F8_E4M3 ? f32_to_fp8_e4m3(k[i]) : f32_to_fp8_e5m2(k[i]);
             uint8_t ev = fp8[f] == DTYPE_F8_E4M3 ? f32_to_fp8_e4m3(v[i]) : f32_to_fp8_e5m2(v[i]);
-            stored &= k8[i] == ek && v8[i] == ev;
+            stored &= k8[at] == ek && v8[at] == ev;
         }
         CHECK(stored);
-        CHECK(fp8_table(fp8[f])[v8[7]] == (fp8[f] == DTYPE_F8_E4M3 ? -448.0f : -57344.0f)); /* saturated */
-        if (fp8[f] == DTYPE_F8_E4M3) CHECK(fp8_table(fp8[f])[k8[5]] == 448.0f);
+        const int64_t at5 = cpu_kv_row(layout, 0, 0, Hkv, B) * D + 5, at7 = cpu_kv_row(layout, 0, 0, Hkv, B) * D + 7;
+        CHECK(fp8_table(fp8[f])[v8[at7]] == (fp8[f] == DTYPE_F8_E4M3 ? -448.0f : -57344.0f)); /* saturated */
+        if (fp8[f] == DTYPE_F8_E4M3) CHECK(fp8_table(fp8[f])[k8[at5]] == 448.0f);
         dtype_to_f32(kw, k8, fp8[f], n_slots * row);
         dtype_to_f32(vw, v8, fp8[f], n_slots * row);
         for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
             if (!use_isa((cpu_isa_t)isa)) continue;
-            cpu_attention_kv(a, q, k8, v8, fp8[f], positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B, 0.125f);
-            cpu_attention_kv(b, q, kw, vw, DTYPE_F32, positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B, 0.125f);
+            cpu_attention_kv(a, q, k8, v8, fp8[f], layout, positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B,
+                             0.125f);
+            cpu_attention_kv(b, q, kw, vw, DTYPE_F32, layout, positions, qs, tables, 2, max_blocks, T, H, Hkv, D, B,
+                             0.125f);
             if (memcmp(a, b, (size_t)(T * H * D) * sizeof *a) != 0) {
-                fprintf(stderr, "  %s %s: fp8 attention differs from fp32 attention on its values\n",
-                        dtype_name(fp8[f]), cpu_isa_name((cpu_isa_t)isa));
+                fprintf(stderr, "  %s %s %s: fp8 attention differs from fp32 attention on its values\n",
+                        dtype_name(fp8[f]), cpu_isa_name((cpu_isa_t)isa),
+                        layout == KV_SLOT_MAJOR ? "slot-major" : "head-major");
                 test_cur_failed = 1;
             }
         }

@@ -35,9 +35,9 @@ static void fused_add_rmsnorm(void *ctx, void *x, void *out, const void *y, cons
 
 static void fused_rope_kv_write(void *ctx, void *q, void *k, const void *v, void *kc, void *vc,
                                 const int32_t *positions, const int64_t *slots, int64_t T, int64_t H, int64_t Hkv,
-                                int64_t D, float theta, float scale) {
+                                int64_t D, float theta, float scale, int64_t block_size) {
     cpu->rope(ctx, q, k, positions, T, H, Hkv, D, theta, scale);
-    cpu->kv_write(ctx, kc, vc, k, v, slots, T, Hkv, D);
+    cpu->kv_write(ctx, kc, vc, k, v, slots, T, Hkv, D, block_size);
 }
 
 /* Two prompts (20 and 30 tokens) in one step, then one decode token each;

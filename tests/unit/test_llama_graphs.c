@@ -61,7 +61,7 @@ static void run(void *ctx, const rec_t *r) {
     case R_LINEAR: cpu->linear(ctx, r->p[0], r->p[1], r->w, r->i[0]); break;
     case R_ROPE: cpu->rope(ctx, r->p[0], r->p[1], r->p[2], r->i[0], r->i[1], r->i[2], r->i[3], r->f[0], r->f[1]); break;
     case R_KV_WRITE:
-        cpu->kv_write(ctx, r->p[0], r->p[1], r->p[2], r->p[3], r->p[4], r->i[0], r->i[1], r->i[2]);
+        cpu->kv_write(ctx, r->p[0], r->p[1], r->p[2], r->p[3], r->p[4], r->i[0], r->i[1], r->i[2], r->i[3]);
         break;
     case R_ATTENTION:
         cpu->attention(ctx, r->p[0], r->p[1], r->p[2], r->p[3], &r->meta, r->i[0], r->i[1], r->i[2], r->i[3],
@@ -93,8 +93,8 @@ static void r_rope(void *ctx, void *q, void *k, const int32_t *pos, int64_t T, i
     op(ctx, (rec_t){.kind = R_ROPE, .p = {q, k, (void *)pos}, .i = {T, H, Hkv, D}, .f = {theta, scale}});
 }
 static void r_kv_write(void *ctx, void *kc, void *vc, const void *k, const void *v, const int64_t *slots, int64_t T,
-                       int64_t Hkv, int64_t D) {
-    op(ctx, (rec_t){.kind = R_KV_WRITE, .p = {kc, vc, (void *)k, (void *)v, (void *)slots}, .i = {T, Hkv, D}});
+                       int64_t Hkv, int64_t D, int64_t bs) {
+    op(ctx, (rec_t){.kind = R_KV_WRITE, .p = {kc, vc, (void *)k, (void *)v, (void *)slots}, .i = {T, Hkv, D, bs}});
 }
 static void r_attention(void *ctx, void *out, const void *q, const void *kc, const void *vc, const sl_attn_meta_t *m,
                         int64_t H, int64_t Hkv, int64_t D, int64_t bs, float scale) {

@@ -150,6 +150,54 @@ static void test_rope_matches_rotate_half_formula(void) {
     }
 }
 
+/* cpu_rope keeps each thread's last angles (the layers of a step share their
+ * positions): a call gives the bits of a first call whatever came before it,
+ * when the positions, D, theta or the scale differ, and when they are the same. */
+static void test_rope_reuses_angles_only_for_the_same_key(void) {
+    const int64_t T = 3, H = 2, Hkv = 1, D = 16;
+    int32_t pos_a[3] = {5, 6, 900}, pos_b[3] = {5, 6, 901};
+    float *q0 = rand_floats(T * H * D, 1.0f), *k0 = rand_floats(T * Hkv * D, 1.0f);
+    float want[4][3 * 2 * 16], got[3 * 2 * 16], k[3 * 16];
+    const struct { const int32_t *pos; int64_t D; float theta, scale; } keys[4] = {
+        {pos_a, D, 10000.0f, 1.0f}, {pos_b, D, 10000.0f, 1.0f}, {pos_a, D, 500000.0f, 1.0f}, {pos_a, D, 10000.0f, 8.0f}};
+    int32_t other = 77;
+    float q1[2 * 16], k1[16];
+    for (int i = 0; i < 4; i++) { /* each key alone: after a call with another T */
+        memcpy(q1, q0, sizeof q1), memcpy(k1, k0, sizeof k1);
+        cpu_rope(q1, k1, &other, 1, H, Hkv, D, 10000.0f, 1.0f);
+        memcpy(want[i], q0, sizeof want[i]), memcpy(k, k0, sizeof k);
+        cpu_rope(want[i], k, keys[i].pos, T, H, Hkv, keys[i].D, keys[i].theta, keys[i].scale);
+    }
+    /* Keys 1-3 each differ from key 0 in one field: each right after key 0,
+     * twice running, then key 0 again. */
+    int same = 1;
+    const int order[] = {0, 1, 1, 0, 2, 2, 0, 3, 3, 0, 0};
+    for (size_t n = 0; n < sizeof order / sizeof order[0]; n++) {
+        int i = order[n];
+        memcpy(got, q0, sizeof got), memcpy(k, k0, sizeof k);
+        cpu_rope(got, k, keys[i].pos, T, H, Hkv, keys[i].D, keys[i].theta, keys[i].scale);
+        same &= !memcmp(got, want[i], sizeof got);
+    }
+    CHECK(same);
+    CHECK(memcmp(want[0], want[1], sizeof want[0]) != 0 && memcmp(want[0], want[2], sizeof want[0]) != 0 &&
+          memcmp(want[0], want[3], sizeof want[0]) != 0);
+    /* A larger head dim and more tokens than held: the memo grows. */
+    float *q2 = rand_floats(40 * 64, 1.0f), *k2 = rand_floats(40 * 64, 1.0f);
+    int32_t pos2[40];
+    for (int i = 0; i < 40; i++) pos2[i] = 3 * i;
+    double *ref = sl_malloc(40 * 64 * sizeof(double));
+    for (int64_t t = 0; t < 40; t++)
+        for (int64_t i = 0; i < 64; i++) {
+            int64_t j = i % 32;
+            double ang = pos2[t] * pow(10000.0, -2.0 * (double)j / 64.0);
+            const float *x = q2 + t * 64;
+            ref[t * 64 + i] = x[i] * cos(ang) + (i < 32 ? -x[i + 32] : x[i - 32]) * sin(ang);
+        }
+    cpu_rope(q2, k2, pos2, 40, 1, 1, 64, 10000.0f, 1.0f);
+    check_close("rope after the memo grew", q2, ref, 40 * 64, 5e-4, 1e-4);
+    free(q0), free(k0), free(q2), free(k2), free(ref);
+}
+
 static void test_kv_write_places_rows_at_slots(void) {
     int64_t T = 4, Hkv = 2, D = 8, slots = 64;
     float *k = rand_floats(T * Hkv * D, 1.0f), *v = rand_floats(T * Hkv * D, 1.0f);
@@ -165,7 +213,21 @@ static void test_kv_write_places_rows_at_slots(void) {
     int64_t written = 0;
     for (int64_t i = 0; i < slots * Hkv * D; i++) written += kc[i] != 0.0f;
     CHECK_EQ_INT(written, 3 * Hkv * D);
-    free(k), free(v), free(kc), free(vc);
+    /* Head-major blocks of 16 (the CPU backend's cache), bf16: head g of slot
+     * s at row ((s / 16) Hkv + g) 16 + s % 16, each element rounded. */
+    uint16_t *kb = calloc((size_t)(slots * Hkv * D), 2), *vb = calloc((size_t)(slots * Hkv * D), 2);
+    cpu_kv_write_dt(kb, vb, DTYPE_BF16, KV_HEAD_MAJOR, 16, k, v, map, T, Hkv, D);
+    int64_t placed = 0, nonzero = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t g = 0; map[t] >= 0 && g < Hkv; g++)
+            for (int64_t d = 0; d < D; d++) {
+                int64_t at = (((map[t] / 16) * Hkv + g) * 16 + map[t] % 16) * D + d;
+                placed += kb[at] == f32_to_bf16(k[(t * Hkv + g) * D + d]) && vb[at] == f32_to_bf16(v[(t * Hkv + g) * D + d]);
+            }
+    for (int64_t i = 0; i < slots * Hkv * D; i++) nonzero += kb[i] != 0;
+    CHECK_EQ_INT(placed, 3 * Hkv * D);
+    CHECK_EQ_INT(nonzero, 3 * Hkv * D);
+    free(k), free(v), free(kc), free(vc), free(kb), free(vb);
 }
 
 /* Three sequences in one flat batch: a prefill chunk that continues cached
@@ -242,6 +304,7 @@ int main(void) {
     RUN(test_rmsnorm_matches_double);
     RUN(test_linear_matches_double);
     RUN(test_rope_matches_rotate_half_formula);
+    RUN(test_rope_reuses_angles_only_for_the_same_key);
     RUN(test_kv_write_places_rows_at_slots);
     RUN(test_attention_matches_double_over_paged_blocks);
     RUN(test_silu_mul_add_gather_match_double);
