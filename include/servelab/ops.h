@@ -77,6 +77,10 @@ struct sl_ops {
                     float eps);
     /* out(T, w->rows) = in(T, w->cols) . w^T, fp32 accumulation */
     void (*linear)(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T);
+    /* Optional: n (<= 4) linears of one input as one op, out[i] = in . ws[i]^T
+     * (q/k/v, gate/up), each out[i] what linear gives it. NULL: llama.c calls
+     * linear n times. */
+    void (*linears)(void *ctx, int n, void *const *outs, const void *in, const sl_weight_t *const *ws, int64_t T);
     /* Rotates q(T, H, D) and k(T, Hkv, D) in place, Hugging Face rotate-half
      * convention: pairs (i, i + D/2), angle = pos * theta^(-2i/D) / scale. */
     void (*rope)(void *ctx, void *q, void *k, const int32_t *positions, int64_t T, int64_t H,

@@ -446,16 +446,21 @@ static void awq_panel_portable_rows(float *out, int64_t ldo, const uint8_t *pw, 
     for (int64_t t = 0; t < T; t++) awq_panel_portable(out + t * ldo, ldo, pw, x + t * ldx, ldx, K, G, nr, 1);
 }
 
-/* ---- the op ------------------------------------------------------------------ */
+/* ---- the op ------------------------------------------------------------------
+ * One job over the panels of n linears of the same input (cpu_linears_*):
+ * the activations are rounded or quantized once for all of them, and the
+ * pool splits the parts' panels together, so q/k/v (or gate/up) cost one
+ * hand-off to the workers instead of three; each part's outputs have the
+ * bits of its own call, whose sums do not depend on the other columns. */
 
 typedef void (*awq_panel_fn_t)(float *, int64_t, const uint8_t *, const float *, int64_t, int64_t, int64_t, int,
                                int64_t);
 
 typedef struct {
-    float *out;
+    const cpu_linear_part_t *parts;
+    int64_t first[CPU_LINEAR_MAX_PARTS + 1]; /* each part's first panel in the job; first[n] = all */
     const float *x;
-    const uint8_t *packed;
-    int64_t T, N, K, G;
+    int64_t T, K, G;
     awq_panel_fn_t panel;
     const uint32_t *xb; /* avx512_bf16: x as awq_round_rows makes it, else NULL */
     const float *sx;    /* its group sums of x */
@@ -576,33 +581,46 @@ static void awq_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     (void)worker;
     const awq_args_t *a = arg;
     size_t panel_bytes = awq_panel_bytes(a->K, a->G);
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t n0 = p * AWQ_NP;
-        int nr = a->N - n0 < AWQ_NP ? (int)(a->N - n0) : AWQ_NP;
+    for (int64_t p = p0, j = 0; p < p1; p++) {
+        while (p >= a->first[j + 1]) j++;
+        const int64_t N = a->parts[j].N, n0 = (p - a->first[j]) * AWQ_NP;
+        const int nr = N - n0 < AWQ_NP ? (int)(N - n0) : AWQ_NP;
+        float *out = a->parts[j].out + n0;
+        const uint8_t *pw = (const uint8_t *)a->parts[j].packed + (size_t)(p - a->first[j]) * panel_bytes;
 #ifdef HAVE_X86_LEVELS
         if (a->xb) {
             int64_t n_groups = a->K / a->G;
-            awq_panel_bf16(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xb,
-                           n_groups * awq_blocks_per_group(a->G) * 4, a->sx, n_groups, a->K, a->G, nr, a->T);
+            awq_panel_bf16(out, N, pw, a->xb, n_groups * awq_blocks_per_group(a->G) * 4, a->sx, n_groups, a->K, a->G,
+                           nr, a->T);
             continue;
         }
         if (a->xq) {
             int64_t n_groups = a->K / a->G;
-            awq_panel_avx2(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->xq,
-                           n_groups * awq_blocks_per_group(a->G) * AWQ_KB, a->dq, a->sq, n_groups, a->K, a->G, nr,
-                           a->T);
+            awq_panel_avx2(out, N, pw, a->xq, n_groups * awq_blocks_per_group(a->G) * AWQ_KB, a->dq, a->sq, n_groups,
+                           a->K, a->G, nr, a->T);
             continue;
         }
 #endif
-        a->panel(a->out + n0, a->N, a->packed + (size_t)p * panel_bytes, a->x, a->K, a->K, a->G, nr, a->T);
+        a->panel(out, N, pw, a->x, a->K, a->K, a->G, nr, a->T);
     }
 }
 
 void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K,
                            int64_t G) {
-    awq_check_shape(N, K, G);
+    const cpu_linear_part_t part = {out, packed, N};
+    cpu_linears_awq_packed(&part, 1, in, T, K, G);
+}
+
+void cpu_linears_awq_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K, int64_t G) {
+    SL_ASSERT(n >= 1 && n <= CPU_LINEAR_MAX_PARTS);
+    awq_args_t a = {parts, {0}, in, T, K, G, awq_panel_portable_rows, NULL, NULL, NULL, NULL, NULL};
+    int64_t sum_n = 0;
+    for (int j = 0; j < n; j++) {
+        awq_check_shape(parts[j].N, K, G);
+        a.first[j + 1] = a.first[j] + (parts[j].N + AWQ_NP - 1) / AWQ_NP;
+        sum_n += parts[j].N;
+    }
     cpu_isa_t isa = cpu_isa();
-    awq_args_t a = {out, in, packed, T, N, K, G, awq_panel_portable_rows, NULL, NULL, NULL, NULL, NULL};
     uint32_t *xb = NULL;
     int16_t *xq = NULL;
     float *sx = NULL, *dq = NULL, *sq = NULL;
@@ -630,7 +648,7 @@ void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int6
 #else
     (void)isa;
 #endif
-    cpu_parallel_for(T * N * K, (N + AWQ_NP - 1) / AWQ_NP, 0, awq_panels, &a);
+    cpu_parallel_for(T * sum_n * K, a.first[n], 0, awq_panels, &a);
     free(xb), free(xq);
     free(sx), free(dq), free(sq);
 }

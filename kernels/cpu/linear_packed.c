@@ -379,32 +379,56 @@ TARGET_BF16 static void round_rows(void *arg, int64_t t0, int64_t t1, int worker
 }
 #endif
 
+/* One job over the panels of n linears of the same input (cpu_linears_*):
+ * the activations are read (and at avx512_bf16 rounded) once for all of
+ * them, and the pool splits the parts' panels together, so q/k/v (or
+ * gate/up) cost one hand-off to the workers instead of three; each part's
+ * outputs have the bits of its own call (a column's sums never depend on
+ * the other columns). */
 typedef struct {
-    float *out;
+    const cpu_linear_part_t *parts;
+    int64_t first[CPU_LINEAR_MAX_PARTS + 1]; /* each part's first panel in the job; first[n] = all */
     const void *x;      /* activations as the level reads them */
     int64_t ldx;        /* elements of x per row */
-    const void *packed;
     size_t panel_bytes;
-    int64_t T, N, kp2;
+    int64_t T, kp2;
     rows_fn_t rows;
 } packed_args_t;
 
 static void packed_panels(void *arg, int64_t p0, int64_t p1, int worker) {
     (void)worker;
     const packed_args_t *a = arg;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t n0 = p * NP;
-        int nr = a->N - n0 < NP ? (int)(a->N - n0) : NP;
-        a->rows(a->out + n0, a->N, (const uint8_t *)a->packed + (size_t)p * a->panel_bytes, a->x, a->ldx, a->kp2,
-                nr, a->T);
+    for (int64_t p = p0, j = 0; p < p1; p++) {
+        while (p >= a->first[j + 1]) j++;
+        const int64_t N = a->parts[j].N, n0 = (p - a->first[j]) * NP;
+        const int nr = N - n0 < NP ? (int)(N - n0) : NP;
+        a->rows(a->parts[j].out + n0, N, (const uint8_t *)a->parts[j].packed + (size_t)(p - a->first[j]) * a->panel_bytes,
+                a->x, a->ldx, a->kp2, nr, a->T);
     }
+}
+
+/* The job's panel numbering and its work (T x sum N x K). */
+static int64_t packed_parts(packed_args_t *a, const cpu_linear_part_t *parts, int n, int64_t T, int64_t K) {
+    SL_ASSERT(n >= 1 && n <= CPU_LINEAR_MAX_PARTS);
+    a->parts = parts;
+    a->first[0] = 0;
+    int64_t sum_n = 0;
+    for (int j = 0; j < n; j++) a->first[j + 1] = a->first[j] + (parts[j].N + NP - 1) / NP, sum_n += parts[j].N;
+    return T * sum_n * K;
 }
 
 void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N,
                             int64_t K) {
+    const cpu_linear_part_t part = {out, packed, N};
+    cpu_linears_bf16_packed(&part, 1, in, T, K);
+}
+
+void cpu_linears_bf16_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K) {
     cpu_isa_t isa = cpu_isa();
     int64_t kp2 = kpairs(K);
-    packed_args_t a = {out, in, K, packed, NP * (size_t)kp2 * sizeof(uint32_t), T, N, kp2, rows_portable};
+    packed_args_t a = {.x = in, .ldx = K, .panel_bytes = NP * (size_t)kp2 * sizeof(uint32_t), .T = T, .kp2 = kp2,
+                       .rows = rows_portable};
+    const int64_t work = packed_parts(&a, parts, n, T, K);
     void *scratch = NULL;
 #ifdef HAVE_X86_LEVELS
     if (isa == CPU_ISA_AVX512_BF16) {
@@ -430,30 +454,44 @@ void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int
         }
         a.x = xp, a.ldx = 2 * kp2;
     }
-    cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
+    cpu_parallel_for(work, a.first[n], 0, packed_panels, &a);
     free(scratch);
 }
 
 void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K) {
+    const cpu_linear_part_t part = {out, packed, N};
+    cpu_linears_f32_packed(&part, 1, in, T, K);
+}
+
+void cpu_linears_f32_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K) {
     cpu_isa_t isa = cpu_isa();
-    packed_args_t a = {out, in, K, packed, NP * (size_t)K * sizeof(float), T, N, K, rows_f32_portable};
+    packed_args_t a = {.x = in, .ldx = K, .panel_bytes = NP * (size_t)K * sizeof(float), .T = T, .kp2 = K,
+                       .rows = rows_f32_portable};
+    const int64_t work = packed_parts(&a, parts, n, T, K);
 #ifdef HAVE_X86_LEVELS
     if (isa >= CPU_ISA_AVX512) a.rows = rows_f32_avx512;
     else if (isa == CPU_ISA_AVX2) a.rows = rows_f32_avx2;
 #else
     (void)isa;
 #endif
-    cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
+    cpu_parallel_for(work, a.first[n], 0, packed_panels, &a);
 }
 
 void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K) {
+    const cpu_linear_part_t part = {out, packed, N};
+    cpu_linears_f16_packed(&part, 1, in, T, K);
+}
+
+void cpu_linears_f16_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K) {
     cpu_isa_t isa = cpu_isa();
-    packed_args_t a = {out, in, K, packed, NP * (size_t)K * sizeof(uint16_t), T, N, K, rows_f16_portable};
+    packed_args_t a = {.x = in, .ldx = K, .panel_bytes = NP * (size_t)K * sizeof(uint16_t), .T = T, .kp2 = K,
+                       .rows = rows_f16_portable};
+    const int64_t work = packed_parts(&a, parts, n, T, K);
 #ifdef HAVE_X86_LEVELS
     if (isa >= CPU_ISA_AVX512) a.rows = rows_f16_avx512;
     else if (isa == CPU_ISA_AVX2) a.rows = rows_f16_avx2;
 #else
     (void)isa;
 #endif
-    cpu_parallel_for(T * N * K, (N + NP - 1) / NP, 0, packed_panels, &a);
+    cpu_parallel_for(work, a.first[n], 0, packed_panels, &a);
 }

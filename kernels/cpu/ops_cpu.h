@@ -48,16 +48,29 @@ void cpu_linear(float *out, const float *in, const void *w, sl_dtype_t dt, int64
  * features; bf16 with K interleaved by pairs, fp32 and f16 k-major): their sizes, the
  * packing, and the ops, which give a token the same result whatever T is
  * (see linear_packed.c for which ISA level rounds activations to bf16). */
+/* n linears of the same input as one op (q/k/v, gate/up): parts[i].out(T,
+ * parts[i].N) = in(T, K) . W_i^T, W_i packed at parts[i].packed. One pass
+ * over the activations and one split of all the parts' panels over the pool;
+ * each output has the bits of its own single-linear call. */
+#define CPU_LINEAR_MAX_PARTS 4
+typedef struct {
+    float *out;
+    const void *packed;
+    int64_t N;
+} cpu_linear_part_t;
 size_t cpu_bf16_packed_bytes(int64_t N, int64_t K);
 void cpu_bf16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K);
 void cpu_linear_bf16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N,
                             int64_t K);
+void cpu_linears_bf16_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K);
 size_t cpu_f32_packed_bytes(int64_t N, int64_t K);
 void cpu_f32_pack(void *dst, const float *w, int64_t N, int64_t K);
 void cpu_linear_f32_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K);
+void cpu_linears_f32_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K);
 size_t cpu_f16_packed_bytes(int64_t N, int64_t K);
 void cpu_f16_pack(void *dst, const uint16_t *w, int64_t N, int64_t K);
 void cpu_linear_f16_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K);
+void cpu_linears_f16_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K);
 /* AutoAWQ 4-bit (W4A16) linears, GEMM format, of PyTorch shape (N, K) with
  * group size G (G | K, N % 8 == 0; a checkpoint's group_size -1 is G = K):
  * qweight int32 (K, N/8), qzeros int32 (K/G, N/8), scales fp16 (K/G, N), nibble
@@ -81,6 +94,7 @@ void cpu_awq_dequantize(float *w, const int32_t *qweight, const int32_t *qzeros,
 size_t cpu_awq_packed_bytes(int64_t N, int64_t K, int64_t G);
 void cpu_awq_pack(void *dst, const int32_t *qweight, const int32_t *qzeros, const uint16_t *scales, int64_t N,
                   int64_t K, int64_t G);
+void cpu_linears_awq_packed(const cpu_linear_part_t *parts, int n, const float *in, int64_t T, int64_t K, int64_t G);
 void cpu_linear_awq_packed(float *out, const float *in, const void *packed, int64_t T, int64_t N, int64_t K,
                            int64_t G);
 void cpu_awq_avx2_reads(float *dst, const float *x, int64_t T, int64_t K, int64_t G);

@@ -80,6 +80,27 @@ static void linear(float *out, const float *in, const sl_weight_t *w, int64_t T)
     else if (w->packed) cpu_linear_f16_packed(out, in, w->packed, T, w->rows, w->cols);
     else cpu_linear(out, in, w->data, w->dtype, T, w->rows, w->cols);
 }
+/* The packed linears of one input in one job (cpu_linears_*), when they share
+ * a packing (dtype, AWQ group size) and K; otherwise one linear at a time. */
+static void op_linears(void *ctx, int n, void *const *outs, const void *in, const sl_weight_t *const *ws, int64_t T) {
+    (void)ctx;
+    bool joint = n >= 1 && n <= CPU_LINEAR_MAX_PARTS;
+    cpu_linear_part_t parts[CPU_LINEAR_MAX_PARTS];
+    for (int i = 0; joint && i < n; i++) {
+        joint = ws[i]->packed && ws[i]->dtype == ws[0]->dtype && ws[i]->awq_group == ws[0]->awq_group &&
+                ws[i]->cols == ws[0]->cols;
+        parts[i] = (cpu_linear_part_t){outs[i], ws[i]->packed, ws[i]->rows};
+    }
+    if (!joint) {
+        for (int i = 0; i < n; i++) linear(outs[i], in, ws[i], T);
+        return;
+    }
+    const sl_weight_t *w = ws[0];
+    if (w->awq_group) cpu_linears_awq_packed(parts, n, in, T, w->cols, w->awq_group);
+    else if (w->dtype == DTYPE_BF16) cpu_linears_bf16_packed(parts, n, in, T, w->cols);
+    else if (w->dtype == DTYPE_F32) cpu_linears_f32_packed(parts, n, in, T, w->cols);
+    else cpu_linears_f16_packed(parts, n, in, T, w->cols);
+}
 static void op_linear(void *ctx, void *out, const void *in, const sl_weight_t *w, int64_t T) {
     (void)ctx;
     linear(out, in, w, T);
@@ -192,6 +213,7 @@ static const sl_ops_t cpu_ops_f32 = {
     .embed = op_embed,
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
+    .linears = op_linears,
     .rope = op_rope,
     .kv_write = op_kv_write,
     .attention = op_attention,

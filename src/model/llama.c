@@ -275,6 +275,16 @@ static void sharded_logits(llama_model_t *m, float *logits, int32_t S, bool logi
     if (logits_on_device) m->ops->upload(m->ops->ctx, logits, dst, (size_t)S * (size_t)V * sizeof(float));
 }
 
+/* Linears of one input: one op where the backend has it (ops.h). */
+static void linears(const sl_ops_t *o, int n, void *const *outs, const void *in, const sl_weight_t *const *ws,
+                    int64_t T) {
+    if (o->linears) {
+        o->linears(o->ctx, n, outs, in, ws, T);
+        return;
+    }
+    for (int i = 0; i < n; i++) o->linear(o->ctx, outs[i], in, ws[i], T);
+}
+
 static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_cache_t *kv, float *logits,
                          bool logits_on_device) {
     const sl_ops_t *o = m->ops;
@@ -304,9 +314,7 @@ static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_ca
     for (int64_t l = 0; l < c->n_layers; l++) {
         const llama_layer_t *ly = &m->w.layers[l];
         if (l == 0 || !fuse_norm) o->rmsnorm(ctx, m->h, m->x, &ly->input_norm, T, eps);
-        o->linear(ctx, m->q, m->h, &ly->q, T);
-        o->linear(ctx, m->k, m->h, &ly->k, T);
-        o->linear(ctx, m->v, m->h, &ly->v, T);
+        linears(o, 3, (void *[]){m->q, m->k, m->v}, m->h, (const sl_weight_t *[]){&ly->q, &ly->k, &ly->v}, T);
         if (o->rope_kv_write) {
             o->rope_kv_write(ctx, m->q, m->k, m->v, kc[l], vc[l], meta->positions, in->slot_mapping, T, H, Hkv, D,
                              (float)c->rope_theta, (float)c->rope_scaling_factor, kv->block_size);
@@ -324,8 +332,7 @@ static void forward_rank(llama_model_t *m, const llama_inputs_t *in, const kv_ca
             o->add(ctx, m->x, y, T * hid);
             o->rmsnorm(ctx, m->h, m->x, &ly->post_norm, T, eps);
         }
-        o->linear(ctx, m->gate, m->h, &ly->gate, T);
-        o->linear(ctx, m->up, m->h, &ly->up, T);
+        linears(o, 2, (void *[]){m->gate, m->up}, m->h, (const sl_weight_t *[]){&ly->gate, &ly->up}, T);
         o->silu_mul(ctx, m->gate, m->gate, m->up, T * inter);
         o->linear(ctx, y, m->gate, &ly->down, T);
         all_reduce(m, y, T * hid);

@@ -288,6 +288,52 @@ static void test_awq_autoawq_golden_unpacks_bit_for_bit(void) {
 
 /* The packed size: 64-column panels, per group a 192-byte header and
  * ceil(G / 8) blocks of 256 bytes. */
+/* q/k/v as one op (cpu_linears_awq_packed): each part's outputs have the
+ * bits of its own call, at every level, for widths that leave a part's last
+ * panel partial (so the job's panels cross parts mid-chunk) and T from a
+ * decode row to past the avx512 tile. */
+static void test_awq_linears_equal_separate_calls_at_every_level(void) {
+    const int64_t K = 256, G = 64, Ns[3] = {200, 64, 72};
+    void *packed[3];
+    for (int j = 0; j < 3; j++) {
+        int32_t *qw = sl_malloc((size_t)(K * Ns[j] / 8) * 4), *qz = sl_malloc((size_t)(K / G * Ns[j] / 8) * 4);
+        uint16_t *sc = sl_malloc((size_t)(K / G * Ns[j]) * 2);
+        rand_awq(qw, qz, sc, Ns[j], K, G);
+        packed[j] = sl_malloc(cpu_awq_packed_bytes(Ns[j], K, G));
+        cpu_awq_pack(packed[j], qw, qz, sc, Ns[j], K, G);
+        free(qw), free(qz), free(sc);
+    }
+    static const int64_t Ts[] = {1, 3, 9};
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!use_isa((cpu_isa_t)isa)) continue;
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int64_t T = Ts[ti];
+            float *x = sl_malloc((size_t)(T * K) * sizeof *x), *want[3], *got[3];
+            for (int64_t i = 0; i < T * K; i++) x[i] = rand_normal();
+            cpu_linear_part_t parts[3];
+            for (int j = 0; j < 3; j++) {
+                want[j] = sl_malloc((size_t)(T * Ns[j]) * sizeof(float));
+                got[j] = sl_malloc((size_t)(T * Ns[j]) * sizeof(float));
+                memset(got[j], 0xff, (size_t)(T * Ns[j]) * sizeof(float));
+                cpu_linear_awq_packed(want[j], x, packed[j], T, Ns[j], K, G);
+                parts[j] = (cpu_linear_part_t){got[j], packed[j], Ns[j]};
+            }
+            cpu_linears_awq_packed(parts, 3, x, T, K, G);
+            for (int j = 0; j < 3; j++) {
+                if (memcmp(got[j], want[j], (size_t)(T * Ns[j]) * sizeof(float)) != 0) {
+                    fprintf(stderr, "  %s T=%lld part %d: differs from its own call\n", cpu_isa_name((cpu_isa_t)isa),
+                            (long long)T, j);
+                    test_cur_failed = 1;
+                }
+                free(want[j]), free(got[j]);
+            }
+            free(x);
+        }
+    }
+    for (int j = 0; j < 3; j++) free(packed[j]);
+    restore_isa();
+}
+
 static void test_awq_packed_bytes(void) {
     CHECK_EQ_INT((long long)cpu_awq_packed_bytes(200, 384, 128), 4LL * 3 * (192 + 16 * 256));
     CHECK_EQ_INT((long long)cpu_awq_packed_bytes(8, 20, 10), 1LL * 2 * (192 + 2 * 256));
@@ -300,6 +346,7 @@ int main(void) {
     RUN(test_awq_dequantize_small_example_by_hand);
     RUN(test_awq_packed_bytes);
     RUN(test_awq_linear_matches_dequantized_reference_at_every_level);
+    RUN(test_awq_linears_equal_separate_calls_at_every_level);
     RUN(test_awq_autoawq_golden_unpacks_bit_for_bit);
     return test_summary();
 }

@@ -280,6 +280,66 @@ static void test_attention_fp8_kv_is_the_fp32_kv_of_its_values(void) {
     cpu_isa_reload();
 }
 
+/* Linears of one input as one op (cpu_linears_*_packed): each part's outputs
+ * have the bits of its own call, for every packed dtype and level, with
+ * widths that leave partial panels (the job's panels cross parts mid-chunk)
+ * and an odd K (the fp32 levels' padded pairs). */
+static void test_packed_linears_equal_separate_calls_at_every_level(void) {
+    const int64_t Ns[3] = {100, 32, 45}, Ks[2] = {96, 131}, Ts[3] = {1, 5, 17};
+    const sl_dtype_t dts[3] = {DTYPE_BF16, DTYPE_F32, DTYPE_F16};
+    for (int di = 0; di < 3; di++)
+        for (int ki = 0; ki < 2; ki++) {
+            const int64_t K = Ks[ki];
+            const sl_dtype_t dt = dts[di];
+            void *packed[3];
+            for (int j = 0; j < 3; j++) {
+                float *w = rand_floats(Ns[j] * K, 0.5f);
+                void *wd = sl_malloc((size_t)(Ns[j] * K) * dtype_size(dt));
+                dtype_from_f32(wd, w, dt, Ns[j] * K);
+                size_t bytes = dt == DTYPE_BF16 ? cpu_bf16_packed_bytes(Ns[j], K)
+                               : dt == DTYPE_F32 ? cpu_f32_packed_bytes(Ns[j], K) : cpu_f16_packed_bytes(Ns[j], K);
+                packed[j] = sl_malloc(bytes);
+                if (dt == DTYPE_BF16) cpu_bf16_pack(packed[j], wd, Ns[j], K);
+                else if (dt == DTYPE_F32) cpu_f32_pack(packed[j], wd, Ns[j], K);
+                else cpu_f16_pack(packed[j], wd, Ns[j], K);
+                free(w), free(wd);
+            }
+            for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+                if (!use_isa((cpu_isa_t)isa)) continue;
+                for (int ti = 0; ti < 3; ti++) {
+                    const int64_t T = Ts[ti];
+                    float *x = rand_floats(T * K, 1.0f), *want[3], *got[3];
+                    cpu_linear_part_t parts[3];
+                    for (int j = 0; j < 3; j++) {
+                        want[j] = sl_malloc((size_t)(T * Ns[j]) * sizeof(float));
+                        got[j] = sl_malloc((size_t)(T * Ns[j]) * sizeof(float));
+                        memset(got[j], 0xff, (size_t)(T * Ns[j]) * sizeof(float));
+                        if (dt == DTYPE_BF16) cpu_linear_bf16_packed(want[j], x, packed[j], T, Ns[j], K);
+                        else if (dt == DTYPE_F32) cpu_linear_f32_packed(want[j], x, packed[j], T, Ns[j], K);
+                        else cpu_linear_f16_packed(want[j], x, packed[j], T, Ns[j], K);
+                        parts[j] = (cpu_linear_part_t){got[j], packed[j], Ns[j]};
+                    }
+                    if (dt == DTYPE_BF16) cpu_linears_bf16_packed(parts, 3, x, T, K);
+                    else if (dt == DTYPE_F32) cpu_linears_f32_packed(parts, 3, x, T, K);
+                    else cpu_linears_f16_packed(parts, 3, x, T, K);
+                    for (int j = 0; j < 3; j++) {
+                        if (memcmp(got[j], want[j], (size_t)(T * Ns[j]) * sizeof(float)) != 0) {
+                            fprintf(stderr, "  %s %s K=%lld T=%lld part %d: differs from its own call\n",
+                                    dtype_name(dt), cpu_isa_name((cpu_isa_t)isa), (long long)K, (long long)T, j);
+                            test_cur_failed = 1;
+                        }
+                        free(want[j]), free(got[j]);
+                    }
+                    free(x);
+                }
+            }
+            for (int j = 0; j < 3; j++) free(packed[j]);
+        }
+    report_missing_levels();
+    unsetenv("SERVELAB_CPU_ISA");
+    cpu_isa_reload();
+}
+
 /* exp_f32 (vec_exp.h) within 2 ulp of e^x over its whole finite range (a
  * sweep of 2^20 points and the values around the clamps), and the IEEE
  * cases: NaN stays NaN, overflow is +inf, far below is 0. */
@@ -338,6 +398,7 @@ int main(void) {
     RUN(test_packed_f16_linear_matches_double_at_every_level);
     RUN(test_attention_matches_double_at_every_level);
     RUN(test_attention_fp8_kv_is_the_fp32_kv_of_its_values);
+    RUN(test_packed_linears_equal_separate_calls_at_every_level);
     RUN(test_exp_f32_within_2_ulp);
     RUN(test_silu_mul_same_bits_at_every_level);
     return test_summary();

@@ -156,6 +156,7 @@ static void make_rec_ops(void) {
     rec_ops.embed = r_embed;
     rec_ops.rmsnorm = r_rmsnorm;
     rec_ops.linear = r_linear;
+    rec_ops.linears = NULL; /* each linear recorded on its own */
     rec_ops.rope = r_rope;
     rec_ops.kv_write = r_kv_write;
     rec_ops.attention = r_attention;
