@@ -545,7 +545,8 @@ V8_FN void attend_direct(const int R, sl_dtype_t dt, const attn_args_t *a, const
 
 /* One tile x KV head (item = tile * Hkv + g). Per block of keys, the block's
  * K and V rows of head g are widened once into kt and vb (attend_rows' layout:
- * the cache's rows of one head are Hkv * D apart, its blocks scattered), then
+ * in the cache a head's rows are D (head-major) or Hkv * D (slot-major) apart
+ * within a block, its blocks scattered), then
  * every query row of the tile attends to them, ATTN_R rows at a time. The
  * operations a row goes through do not depend on the tile's other rows, so a
  * token's output does not depend on its step's other tokens: chunked prefill,
